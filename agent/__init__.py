@@ -1,0 +1,1 @@
+"""Node side: driver seam, samplers, scheduler, attribution, exporter."""

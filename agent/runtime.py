@@ -1,0 +1,288 @@
+"""The agent's runtime: discovery, the sampling loop, XID events, lost-GPU retry, sinks.
+
+One sampling thread serves every GPU from a due-time queue; NVML calls are microseconds,
+so a thread per GPU would only add contention. :meth:`Agent.step` holds all decisions and
+takes ``now`` as an argument, so tests drive it with fake time and a fake CPU clock;
+:meth:`Agent.start` merely runs it in a thread against the real clocks. XID events block
+in ``nvmlEventSetWait`` on a thread of their own.
+
+Records and events go to sinks (callables) registered by whoever runs the agent: the
+exporter's state is kept here, JSON Lines export and the Kafka sender subscribe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pynvml as nv
+
+from agent import calibrate
+from agent.devices import GpuTarget, discover
+from agent.driver.base import Driver
+from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
+from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
+from telemetry.records import EventRecord, GpuRecord
+
+log = logging.getLogger(__name__)
+
+RecordSink = Callable[[GpuRecord], None]
+EventSink = Callable[[EventRecord], None]
+
+
+class Attribution(Protocol):
+    """What the agent needs from attribution (agent.attribution.Attributor and the simulated one)."""
+
+    def identify(self, pid: int) -> Identity: ...
+    def gpu_owners(self) -> dict[str, list[Identity]]: ...
+    def start(self) -> None: ...
+    def stop(self, timeout: float = 5.0) -> None: ...
+    def sources(self) -> list[str]: ...
+
+
+@dataclass(slots=True)
+class ScheduleConfig:
+    floor: float = 0.25
+    ceiling: float = 10.0
+    busy: float = 1.0
+    cpu_budget: float = 0.01
+    slow_call_threshold: float = 0.001  # seconds
+    slow_call_duty: float = 0.001  # share of a core one slow call may take
+
+
+@dataclass(slots=True)
+class _GpuState:
+    interval: AdaptiveInterval
+    prev_metrics: dict[str, float] | None = None
+    prev_pids: frozenset[int] = frozenset()
+    slow_next: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+    effective_interval: float = 0.0
+
+
+class Agent:
+    def __init__(
+        self,
+        driver: Driver,
+        node: str,
+        config: ScheduleConfig | None = None,
+        attribution: Attribution | None = None,
+        clock: Callable[[], float] = time.time,
+        cpu_clock: Callable[[], float] = time.thread_time,
+        process_cpu_clock: Callable[[], float] = time.process_time,
+        calibrate_calls: bool = True,
+    ) -> None:
+        self.driver = driver
+        self.node = node
+        self.config = config or ScheduleConfig()
+        self.attribution = attribution
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.budget = CpuBudget(self.config.cpu_budget, cpu_clock=process_cpu_clock, wall_clock=clock)
+        self.calibrate_calls = calibrate_calls
+        self.targets: dict[str, GpuTarget] = {}
+        self.state: dict[str, _GpuState] = {}
+        self.latest: dict[str, GpuRecord] = {}
+        self.calibration: dict[str, float] = {}
+        self.slow_period: dict[str, float] = {}
+        self.queue = DueQueue()
+        self.record_sinks: list[RecordSink] = []
+        self.event_sinks: list[EventSink] = []
+        self.errors: Counter[str] = Counter()
+        self.samples_total = 0
+        self.sample_cpu_seconds = 0.0
+        self.driver_version = ""
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.sampler: Sampler | None = None
+
+    # ---- setup ----
+    def open(self) -> None:
+        """Initialise the driver, discover GPUs and measure call latencies (no threads)."""
+        self.driver.init()
+        self.driver_version = self.driver.driver_version()
+        identify: IdentifyFn = self.attribution.identify if self.attribution else anonymous
+        self.sampler = Sampler(self.driver, self.node, self.driver_version, identify)
+        targets = discover(self.driver)
+        if self.calibrate_calls and targets:
+            whole = next((t for t in targets if t.parent is None and not t.mig_parent), targets[0])
+            self.calibration = calibrate.measure(self.driver, whole)
+        cfg = self.config
+        polled = {k: v for k, v in self.calibration.items() if k not in ("gpm", "compute_processes", "pcie_throughput")}
+        self.slow_period = slow_periods(polled, cfg.slow_call_threshold, cfg.slow_call_duty)
+        self.sampler.slow = frozenset(self.slow_period)
+        now = self.clock()
+        for t in targets:
+            self.targets[t.key] = t
+            self.state[t.key] = _GpuState(AdaptiveInterval(cfg.floor, cfg.ceiling, cfg.busy))
+            self.queue.put(t.key, now)
+        log.info(
+            "agent on %s: %d GPU targets via %s driver %s; slow calls: %s",
+            self.node, len(targets), self.driver.kind, self.driver_version,
+            ", ".join(f"{k} every {v:.1f}s" for k, v in self.slow_period.items()) or "none",
+        )
+
+    # ---- the loop body ----
+    def step(self, now: float) -> float | None:
+        """Sample every GPU that is due at ``now``; return the next due time."""
+        assert self.sampler is not None, "open() first"
+        for key in self.queue.pop_due(now):
+            t = self.targets[key]
+            if not t.healthy:
+                self._retry(t, now)
+                continue
+            self._sample(t, now)
+        self.budget.observe()
+        return self.queue.peek()
+
+    def _sample(self, t: GpuTarget, now: float) -> None:
+        assert self.sampler is not None
+        st = self.state[t.key]
+        slow_due = frozenset(s for s in self.slow_period if now >= st.slow_next.get(s, 0.0))
+        for s in slow_due:
+            st.slow_next[s] = now + self.slow_period[s]
+        cpu0 = self.cpu_clock()
+        try:
+            record = self.sampler.sample(t, now, slow_due)
+        except nv.NVMLError_GpuIsLost:
+            self._lost(t, now, "NVML reports GPU is lost")
+            return
+        cost = self.cpu_clock() - cpu0
+        self.sample_cpu_seconds += cost
+        self.budget.record_sample(cost)
+        self.samples_total += 1
+        st.samples += 1
+        pids = frozenset(p.pid for p in record.processes)
+        busy = is_busy(record.metrics) if record.metrics else False
+        interval = st.interval.update(busy, volatility(st.prev_metrics, record.metrics), pids != st.prev_pids)
+        st.prev_metrics, st.prev_pids = record.metrics, pids
+        healthy = sum(1 for x in self.targets.values() if x.healthy)
+        effective = max(interval, self.budget.min_interval(healthy)) * self.budget.stretch
+        st.effective_interval = effective  # the CPU budget may stretch past the ceiling: it wins
+        self.queue.put(t.key, now + st.effective_interval)
+        with self._lock:
+            self.latest[t.key] = record
+        for sink in self.record_sinks:
+            sink(record)
+        if len(self.latest) == len(self.targets):
+            self.ready.set()
+
+    # ---- failures ----
+    def _emit(self, event: EventRecord) -> None:
+        for sink in self.event_sinks:
+            sink(event)
+
+    def _lost(self, t: GpuTarget, now: float, why: str) -> None:
+        if t.healthy:
+            log.error("GPU %s (index %d) lost: %s; retrying with backoff", t.key, t.index, why)
+            self._emit(EventRecord(now, self.node, t.key, "gpu_lost", None, why))
+        t.healthy = False
+        self.errors["gpu_lost"] += 1
+        t.retry_at = now + t.retry_backoff
+        self.queue.put(t.key, t.retry_at)
+
+    def _retry(self, t: GpuTarget, now: float) -> None:
+        try:
+            h = self.driver.handle_by_uuid(t.key)
+            self.driver.memory(h)
+        except nv.NVMLError as exc:
+            t.retry_backoff = min(60.0, t.retry_backoff * 2)
+            self._lost(t, now, str(exc))
+            return
+        t.handle, t.healthy, t.retry_backoff = h, True, 1.0
+        log.warning("GPU %s is back", t.key)
+        self._emit(EventRecord(now, self.node, t.key, "gpu_recovered"))
+        self.queue.put(t.key, now)
+
+    def on_xid(self, uuid: str, xid: int) -> None:
+        """An XID event (from the event thread): remember it, report it, and act on 79."""
+        assert self.sampler is not None
+        now = self.clock()
+        self.sampler.xid[uuid] = xid
+        self.errors[f"xid_{xid}"] += 1
+        self._emit(EventRecord(now, self.node, uuid, "xid", xid))
+        t = self.targets.get(uuid)
+        if t is not None:
+            self.queue.put(uuid, now)  # sample it now: XIDs are when detail matters
+            if xid == 79:
+                self._lost(t, now, "XID 79: GPU has fallen off the bus")
+
+    # ---- threads ----
+    def start(self) -> None:
+        if self.sampler is None:
+            self.open()
+        if self.attribution is not None:
+            self.attribution.start()
+        self._threads = [
+            threading.Thread(target=self._run, name="gpuwatch-sampler", daemon=True),
+            threading.Thread(target=self._xid_loop, name="gpuwatch-xid", daemon=True),
+        ]
+        for th in self._threads:
+            th.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                next_at = self.step(self.clock())
+            except nv.NVMLError as exc:  # a driver error outside any one GPU: count it, keep going
+                self.errors[f"loop:{exc.__class__.__name__}"] += 1
+                log.exception("sampling loop error")
+                next_at = None
+            wait = 1.0 if next_at is None else next_at - self.clock()
+            self._stop.wait(min(max(wait, 0.0), 1.0))
+
+    def _xid_loop(self) -> None:
+        try:
+            event_set = self.driver.event_set()
+            for t in self.targets.values():
+                if t.parent is None:
+                    try:
+                        self.driver.register_xid(t.handle, event_set)
+                    except nv.NVMLError as exc:
+                        log.info("XID events not available on %s: %s", t.key, exc)
+        except nv.NVMLError as exc:
+            log.warning("XID event set could not be created: %s", exc)
+            return
+        while not self._stop.is_set():
+            try:
+                event = self.driver.wait_event(event_set, 500)
+            except nv.NVMLError_Timeout:
+                continue
+            except nv.NVMLError as exc:
+                self.errors[f"xid_wait:{exc.__class__.__name__}"] += 1
+                self._stop.wait(1.0)
+                continue
+            self.on_xid(event.uuid, event.xid)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the threads and release NVML; safe to call twice."""
+        self._stop.set()
+        for th in self._threads:
+            th.join(timeout)
+        self._threads = []
+        if self.attribution is not None:
+            self.attribution.stop(timeout)
+        if self.sampler is not None:
+            try:
+                self.driver.shutdown()
+            except nv.NVMLError as exc:
+                log.info("NVML shutdown: %s", exc)
+            self.sampler = None
+
+    # ---- views for the exporter ----
+    def snapshot(self) -> list[tuple[GpuTarget, GpuRecord | None]]:
+        with self._lock:
+            return [(t, self.latest.get(k)) for k, t in self.targets.items()]
+
+    def owners(self) -> dict[str, list[Identity]]:
+        return self.attribution.gpu_owners() if self.attribution else {}
+
+    def interval(self, key: str) -> float:
+        return self.state[key].effective_interval

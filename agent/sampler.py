@@ -1,0 +1,174 @@
+"""Sampling one GPU target into a :class:`telemetry.records.GpuRecord`: the agent's hot path.
+
+Per sample: the fast readers, any slow readers that are due, one GPM sample, the last
+XID, and the process list with per-process utilisation and attribution. Every driver
+call is timed (two ``perf_counter_ns`` calls, ~0.1 µs, against 1-10 µs NVML calls), which
+gives the live NVML latency metric and the "NVML floor" the overhead is compared with.
+
+A source that starts answering ``NotSupported`` is dropped for that GPU. ``GpuIsLost``
+propagates to the caller, which marks the GPU unhealthy and retries it later, while the
+other GPUs keep being sampled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pynvml as nv
+
+from agent.devices import GpuTarget
+from agent.driver.base import Driver
+from agent.readers import READERS
+from telemetry.records import GpuRecord, ProcessRecord
+
+log = logging.getLogger(__name__)
+MIB = 1 << 20
+
+
+@dataclass(slots=True)
+class CallStats:
+    """Latency of each driver call (EWMA, seconds) and how often it ran."""
+
+    latency: dict[str, float] = field(default_factory=dict)
+    calls: Counter[str] = field(default_factory=Counter)
+    total_ns: int = 0  # summed driver time: the NVML floor of what was sampled
+
+    def add(self, source: str, ns: int) -> None:
+        self.total_ns += ns
+        self.calls[source] += 1
+        seconds = ns * 1e-9
+        old = self.latency.get(source)
+        self.latency[source] = seconds if old is None else old + 0.1 * (seconds - old)
+
+
+class Identity(Protocol):
+    """What the sampler reads of a process's identity (agent.attribution.Identity has it)."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def pod(self) -> str | None: ...
+    @property
+    def container(self) -> str | None: ...
+    @property
+    def service(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Anonymous:
+    """The identity of a process when nothing better is known."""
+
+    name: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    service: str | None = None
+
+
+IdentifyFn = Callable[[int], Identity]
+
+
+def anonymous(_pid: int) -> Identity:
+    return Anonymous()
+
+
+@dataclass(slots=True)
+class Sampler:
+    driver: Driver
+    node: str
+    driver_version: str
+    identify: IdentifyFn = anonymous
+    stats: CallStats = field(default_factory=CallStats)
+    errors: Counter[str] = field(default_factory=Counter)
+    xid: dict[str, int] = field(default_factory=dict)  # last XID per GPU UUID (event thread)
+    slow: frozenset[str] = frozenset()  # sources on their own period (set by the agent)
+    _proc_since_us: dict[str, int] = field(default_factory=dict)
+
+    def sample(self, t: GpuTarget, now: float, slow_due: frozenset[str] = frozenset()) -> GpuRecord:
+        driver, h, stats = self.driver, t.handle, self.stats
+        metrics: dict[str, float] = {}
+        clock = time.perf_counter_ns
+        for source in t.sources:
+            if source in slow_due or source not in self.slow:
+                t0 = clock()
+                try:
+                    READERS[source](driver, h, metrics)
+                except nv.NVMLError_NotSupported:
+                    t.sources = [s for s in t.sources if s != source]
+                    log.info("%s stopped supporting %s; dropped", t.key, source)
+                except nv.NVMLError_GpuIsLost:
+                    raise
+                except nv.NVMLError as exc:
+                    self.errors[f"{source}:{exc.__class__.__name__}"] += 1
+                stats.add(source, clock() - t0)
+        if t.gpm is not None:
+            t0 = clock()
+            try:
+                t.gpm.sample(driver, h, now, metrics)
+            except nv.NVMLError_GpuIsLost:
+                raise
+            except nv.NVMLError as exc:
+                self.errors[f"gpm:{exc.__class__.__name__}"] += 1
+            stats.add("gpm", clock() - t0)
+        if not t.mig_parent:
+            metrics["DCGM_FI_DEV_XID_ERRORS"] = self.xid.get(t.key, 0)
+        processes = self._processes(t) if t.processes else []
+        t.last_metrics.update(metrics)
+        return GpuRecord(
+            ts=now, node=self.node, gpu=t.key, metrics=metrics, gpu_index=t.index, model=t.model,
+            processes=processes, pci_bus_id=t.pci_bus_id, driver_version=self.driver_version,
+            mig_profile=t.mig_profile, parent_gpu=t.parent,
+        )
+
+    def _processes(self, t: GpuTarget) -> list[ProcessRecord]:
+        driver, h, clock = self.driver, t.handle, time.perf_counter_ns
+        t0 = clock()
+        try:
+            running = driver.compute_processes(h)
+        except nv.NVMLError_GpuIsLost:
+            raise
+        except nv.NVMLError as exc:
+            self.errors[f"processes:{exc.__class__.__name__}"] += 1
+            running = []
+        self.stats.add("compute_processes", clock() - t0)
+        if not running:
+            return []
+        util: dict[int, tuple[int, int]] = {}
+        seen: dict[int, int] = {}
+        t0 = clock()
+        try:
+            # ask from 1 s before the newest sample seen: a fast schedule still finds the
+            # latest sample of each process instead of NotFound between driver updates
+            since = max(0, self._proc_since_us.get(t.key, 0) - 1_000_000)
+            for s in driver.process_utilization(h, since):
+                if s.timestamp_us >= seen.get(s.pid, -1):
+                    seen[s.pid] = s.timestamp_us
+                    util[s.pid] = (s.sm_util, s.mem_util)
+            if seen:
+                self._proc_since_us[t.key] = max(seen.values())
+        except (nv.NVMLError_NotFound, nv.NVMLError_NotSupported):
+            pass  # no process sample since the last call: NVML says NotFound, not []
+        except nv.NVMLError_GpuIsLost:
+            raise
+        except nv.NVMLError as exc:
+            self.errors[f"process_utilization:{exc.__class__.__name__}"] += 1
+        self.stats.add("process_utilization", clock() - t0)
+        out = []
+        for p in running:
+            who = self.identify(p.pid)
+            sm_mem = util.get(p.pid)
+            out.append(ProcessRecord(
+                pid=p.pid, name=who.name,
+                used_memory_mib=None if p.used_bytes is None else p.used_bytes // MIB,
+                sm_util=None if sm_mem is None else sm_mem[0],
+                mem_util=None if sm_mem is None else sm_mem[1],
+                namespace=who.namespace, pod=who.pod, container=who.container, service=who.service,
+            ))
+        return out

@@ -1,0 +1,63 @@
+"""The agent's one settings model: environment (``GPUWATCH_*``) and flags, validated at start.
+
+A bad setting stops the agent before it touches a GPU, with a message that names the
+setting, its environment variable and its flag: a DaemonSet that crash-loops with
+"interval_floor: must be >= 0.1" is fixed in a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_node() -> str:
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUWATCH_", extra="forbid", validate_default=True)
+
+    simulate: int = Field(0, ge=0, le=1024, description="simulate N GPUs instead of NVML (0: real NVML)")
+    metrics_host: str = Field("0.0.0.0", description="address /metrics listens on")
+    metrics_port: int = Field(9400, ge=0, le=65535, description="port of /metrics (dcgm-exporter's 9400)")
+    node_name: str = Field(default_factory=_default_node, min_length=1, description="this node's name")
+    interval_floor: float = Field(0.25, ge=0.1, description="shortest sampling interval, s (GPM needs >= 0.1)")
+    interval_ceiling: float = Field(10.0, gt=0, le=300, description="longest sampling interval, s")
+    busy_interval: float = Field(1.0, gt=0, description="interval while a GPU works steadily, s")
+    cpu_budget: float = Field(0.01, gt=0, le=1, description="CPU budget, fraction of one core")
+    slow_call_ms: float = Field(1.0, gt=0, description="a call slower than this gets its own period")
+    kubeconfig: str | None = Field(None, description="kubeconfig path when not in a cluster")
+    podresources_socket: str = Field(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", description="kubelet PodResources socket")
+    attribution: bool = Field(True, description="map processes to pods and services")
+    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="log level")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AgentSettings:
+        if self.interval_ceiling < self.interval_floor:
+            raise ValueError(
+                f"interval_ceiling ({self.interval_ceiling}) must be >= interval_floor ({self.interval_floor})")
+        return self
+
+
+class SettingsError(ValueError):
+    """A setting failed validation; the message names each bad one, its env var and flag."""
+
+
+def load(model: type[BaseSettings], overrides: dict[str, Any], env_prefix: str = "GPUWATCH_") -> Any:
+    """Build a settings model from env plus the flags given (flags win)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return model(**given)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "settings"
+            hint = f" (env {env_prefix}{name.upper()}, flag --{name.replace('_', '-')})" if err["loc"] else ""
+            lines.append(f"invalid setting {name}{hint}: {err['msg']}")
+        raise SettingsError("; ".join(lines)) from None

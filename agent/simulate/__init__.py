@@ -1,0 +1,1 @@
+"""Simulated fleet helpers: identities for simulated processes, and trace generation."""

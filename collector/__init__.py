@@ -1,0 +1,1 @@
+"""Central side: consumer, store, detectors, alerting, API."""

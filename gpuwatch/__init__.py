@@ -1,0 +1,1 @@
+"""The gpuwatch command: the only place that wires agent and collector together."""

@@ -1,0 +1,7 @@
+"""``python -m gpuwatch`` is the same as the ``gpuwatch`` command."""
+
+import sys
+
+from gpuwatch.cli import main
+
+sys.exit(main())

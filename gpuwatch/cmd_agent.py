@@ -1,0 +1,122 @@
+"""``gpuwatch agent``: the node agent (DaemonSet pod), serving dcgm-exporter-compatible /metrics."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("gpuwatch.agent")
+
+
+def add_agent_flags(p: argparse.ArgumentParser) -> None:
+    """Flags shared by ``agent`` and ``export`` (both run the sampler)."""
+    p.add_argument("--simulate", type=int, metavar="N", help="simulate N GPUs instead of NVML")
+    p.add_argument("--node-name", help="this node's name (default: $NODE_NAME or the hostname)")
+    p.add_argument("--interval-floor", type=float, metavar="S", help="shortest interval (default 0.25)")
+    p.add_argument("--interval-ceiling", type=float, metavar="S", help="longest interval (default 10)")
+    p.add_argument("--busy-interval", type=float, metavar="S", help="interval while busy (default 1)")
+    p.add_argument("--cpu-budget", type=float, metavar="F", help="CPU budget, fraction of a core (default 0.01)")
+    p.add_argument("--kubeconfig", help="kubeconfig, when not running in a cluster")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser("agent", help="run the node agent")
+    add_agent_flags(p)
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="port of /metrics (default 9400)")
+    p.add_argument("--metrics-host", help="address of /metrics (default 0.0.0.0)")
+    p.set_defaults(func=run)
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    from agent.settings import AgentSettings, load
+
+    keys = AgentSettings.model_fields
+    return load(AgentSettings, {k: v for k, v in vars(args).items() if k in keys})
+
+
+def build_agent(settings: Any) -> Any:
+    """The agent for these settings: real NVML, or a simulated fleet; attribution to match."""
+    from agent.runtime import Agent, ScheduleConfig
+
+    config = ScheduleConfig(
+        floor=settings.interval_floor, ceiling=settings.interval_ceiling, busy=settings.busy_interval,
+        cpu_budget=settings.cpu_budget, slow_call_threshold=settings.slow_call_ms / 1000.0,
+    )
+    attribution: Any = None
+    if settings.simulate:
+        from agent.driver.simulated import SimulatedFleet
+        from agent.simulate.attribution import SimulatedAttribution
+
+        driver: Any = SimulatedFleet(settings.simulate)
+        attribution = SimulatedAttribution(driver) if settings.attribution else None
+    else:
+        from agent.driver.nvml import NvmlDriver
+
+        driver = NvmlDriver()
+        if settings.attribution:
+            from agent.attribution import Attributor
+
+            attribution = Attributor.from_environment(
+                settings.node_name, kubeconfig=settings.kubeconfig,
+                podresources_socket=settings.podresources_socket,
+            )
+    return Agent(driver, settings.node_name, config, attribution)
+
+
+def wait_for_signal() -> None:
+    """Block until SIGTERM or SIGINT (graceful shutdown for Kubernetes)."""
+    done = threading.Event()
+
+    def _handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    while not done.wait(3600):
+        pass
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.settings import SettingsError
+
+    try:
+        settings = settings_from(args)
+    except SettingsError as exc:
+        print(f"gpuwatch agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import pynvml
+
+    from agent.exposition import Exposition
+    from agent.server import MetricsServer
+
+    agent = build_agent(settings)
+    try:
+        agent.open()
+    except pynvml.NVMLError as exc:
+        print(f"gpuwatch agent: NVML could not start ({exc}); use --simulate N on a machine without GPUs",
+              file=sys.stderr)
+        return 1
+    try:
+        server = MetricsServer(settings.metrics_host, settings.metrics_port, Exposition(agent))
+    except OSError as exc:
+        print(f"gpuwatch agent: cannot listen on {settings.metrics_host}:{settings.metrics_port}: {exc}",
+              file=sys.stderr)
+        agent.stop()
+        return 1
+    agent.start()
+    server.start()
+    kind = "simulated" if settings.simulate else "NVML"
+    print(f"gpuwatch agent: {len(agent.targets)} {kind} GPU targets on {settings.node_name}; "
+          f"metrics on http://{settings.metrics_host}:{server.port}/metrics", flush=True)
+    wait_for_signal()
+    server.stop()
+    agent.stop()
+    return 0

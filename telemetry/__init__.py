@@ -1,0 +1,1 @@
+"""The data contract both sides share: metric catalog, record model, frame codec."""

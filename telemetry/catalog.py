@@ -1,0 +1,183 @@
+"""The metric catalog: one table that drives sampling, the exporter, the codec and the docs.
+
+Every key is a DCGM field name exactly as NVIDIA's dcgm-exporter exposes it, in DCGM's
+units (see shared/design/TELEMETRY.md). Keeping the list as data (the habit of Datadog's
+``dcgm`` check) means a test can assert that the sampler fills every row, the exporter
+emits every row with the declared type, and ``docs/metrics.md`` lists every row.
+
+``source`` names the one driver call that yields the metric; several metrics can share a
+call (``memory`` yields used, free and reserved). ``cost`` says how the scheduler treats
+that call: ``fast`` calls run every sample, ``slow`` calls run on a period stretched to
+their measured latency, ``gpm`` metrics come from two GPM samples, and ``event`` metrics
+come from the XID event thread, not from polling.
+
+``resolution`` is the quantum the frame codec may round a float to: never coarser than
+1e-4 for ratios, and never coarser than the source's own resolution otherwise (NVML
+reports power in mW, hence 0.001 W). ``0`` means the value is an integer and is sent
+exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricKind = Literal["gauge", "counter"]
+CostClass = Literal["fast", "slow", "gpm", "event"]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One row of the catalog."""
+
+    key: str
+    field_id: int
+    unit: str
+    kind: MetricKind
+    help: str
+    source: str
+    cost: CostClass
+    resolution: float = 0.0
+
+    @property
+    def is_integer(self) -> bool:
+        """Integers are exact on the wire; floats may be quantised to ``resolution``."""
+        return self.resolution == 0.0
+
+    @property
+    def is_profiling(self) -> bool:
+        """DCGM_FI_PROF_* metrics exist only where GPM does (Hopper and newer)."""
+        return self.key.startswith("DCGM_FI_PROF_")
+
+
+RATIO = 1e-4
+_G: MetricKind = "gauge"
+_C: MetricKind = "counter"
+
+CATALOG: tuple[Metric, ...] = (
+    Metric("DCGM_FI_DEV_GPU_UTIL", 203, "%", _G, "GPU utilization (in %).", "utilization", "fast"),
+    Metric("DCGM_FI_DEV_MEM_COPY_UTIL", 204, "%", _G, "Memory utilization (in %).", "utilization", "fast"),
+    Metric("DCGM_FI_DEV_ENC_UTIL", 206, "%", _G, "Encoder utilization (in %).", "encoder", "fast"),
+    Metric("DCGM_FI_DEV_DEC_UTIL", 207, "%", _G, "Decoder utilization (in %).", "decoder", "fast"),
+    Metric("DCGM_FI_DEV_FB_FREE", 251, "MiB", _G, "Framebuffer memory free (in MiB).", "memory", "fast"),
+    Metric("DCGM_FI_DEV_FB_USED", 252, "MiB", _G, "Framebuffer memory used (in MiB).", "memory", "fast"),
+    Metric("DCGM_FI_DEV_FB_RESERVED", 253, "MiB", _G, "Framebuffer memory reserved (in MiB).", "memory", "fast"),
+    Metric("DCGM_FI_DEV_POWER_USAGE", 155, "W", _G, "Power draw (in W).", "power", "fast", 0.001),
+    Metric(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 156, "mJ", _C,
+        "Total energy consumption since boot (in mJ).", "energy", "slow",
+    ),
+    Metric("DCGM_FI_DEV_GPU_TEMP", 150, "C", _G, "GPU temperature (in C).", "temperature", "fast"),
+    Metric("DCGM_FI_DEV_MEMORY_TEMP", 140, "C", _G, "Memory temperature (in C).", "memory_temperature", "fast"),
+    Metric("DCGM_FI_DEV_SM_CLOCK", 100, "MHz", _G, "SM clock frequency (in MHz).", "sm_clock", "fast"),
+    Metric("DCGM_FI_DEV_MEM_CLOCK", 101, "MHz", _G, "Memory clock frequency (in MHz).", "mem_clock", "fast"),
+    Metric(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 112, "bitmask", _G,
+        "Current clock event (throttle) reasons as a bitmask.", "clocks_event_reasons", "fast",
+    ),
+    Metric(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 202, "count", _C,
+        "Total number of PCIe retries.", "pcie_replay", "fast",
+    ),
+    Metric("DCGM_FI_DEV_XID_ERRORS", 230, "xid", _G, "Value of the last XID error encountered.", "xid", "event"),
+    Metric(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 310, "count", _C,
+        "Total number of single-bit volatile ECC errors.", "ecc_sbe", "fast",
+    ),
+    Metric(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 311, "count", _C,
+        "Total number of double-bit volatile ECC errors.", "ecc_dbe", "fast",
+    ),
+    Metric("DCGM_FI_DEV_PSTATE", 190, "pstate", _G, "Performance state (P-state) 0-15.", "pstate", "fast"),
+    Metric(
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT", 160, "W", _G,
+        "Current power limit for the device (in W).", "power_limit", "fast", 0.001,
+    ),
+    Metric(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, "ratio", _G,
+        "Ratio of time the graphics engine is active.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_SM_ACTIVE", 1002, "ratio", _G,
+        "The ratio of cycles an SM has at least 1 warp assigned.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_SM_OCCUPANCY", 1003, "ratio", _G,
+        "The ratio of number of warps resident on an SM.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1004, "ratio", _G,
+        "Ratio of cycles the tensor (HMMA) pipe is active.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_DRAM_ACTIVE", 1005, "ratio", _G,
+        "Ratio of cycles the device memory interface is active sending or receiving data.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE", 1006, "ratio", _G,
+        "Ratio of cycles the fp64 pipes are active.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE", 1007, "ratio", _G,
+        "Ratio of cycles the fp32 pipes are active.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", 1008, "ratio", _G,
+        "Ratio of cycles the fp16 pipes are active.", "gpm", "gpm", RATIO,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_TX_BYTES", 1009, "B/s", _G,
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads"
+        " - in bytes per second.", "gpm", "gpm", 1.0,
+    ),
+    Metric(
+        "DCGM_FI_PROF_PCIE_RX_BYTES", 1010, "B/s", _G,
+        "The rate of data received over the PCIe bus - including both protocol headers and data payloads"
+        " - in bytes per second.", "gpm", "gpm", 1.0,
+    ),
+    Metric(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES", 1011, "B/s", _G,
+        "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+        "gpm", "gpm", 1.0,
+    ),
+    Metric(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES", 1012, "B/s", _G,
+        "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+        "gpm", "gpm", 1.0,
+    ),
+)
+
+BY_KEY: dict[str, Metric] = {m.key: m for m in CATALOG}
+BY_FIELD_ID: dict[int, Metric] = {m.field_id: m for m in CATALOG}
+KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG)
+SOURCES: frozenset[str] = frozenset(m.source for m in CATALOG)
+
+
+def table_id() -> int:
+    """A stable id of the catalog's (field id, key, resolution) rows, carried in frame headers.
+
+    A decoder that sees another table id still decodes (it skips ids it does not know);
+    the id tells an operator which catalog an agent was built with.
+    """
+    import zlib
+
+    text = ";".join(f"{m.field_id}:{m.key}:{m.resolution!r}" for m in CATALOG)
+    return zlib.crc32(text.encode())
+
+
+def metrics_markdown() -> str:
+    """The catalog as the Markdown table in docs/metrics.md (generated, checked by a test)."""
+    lines = [
+        "# Metric catalog",
+        "",
+        "Generated from `telemetry/catalog.py` by `gpuwatch catalog --markdown`; a test keeps them equal.",
+        "",
+        "| key | DCGM field id | unit | type | NVML source | cost | wire resolution | help |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in CATALOG:
+        res = "exact integer" if m.is_integer else repr(m.resolution)
+        lines.append(
+            f"| `{m.key}` | {m.field_id} | {m.unit} | {m.kind} | `{m.source}` | {m.cost} | {res} | {m.help} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,99 @@
+"""The catalog drives sampling, the exporter and the docs: these tests keep the three equal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.devices import discover
+from agent.driver.simulated import SimulatedFleet
+from agent.exposition import Exposition
+from agent.gpm import GPM_METRICS
+from agent.readers import READERS
+from agent.runtime import Agent, ScheduleConfig
+from agent.sampler import Sampler
+from telemetry.catalog import BY_FIELD_ID, BY_KEY, CATALOG, metrics_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+TELEMETRY_MD = ROOT.parent / "shared" / "design" / "TELEMETRY.md"
+
+
+def test_catalog_rows_are_unique_and_well_formed() -> None:
+    assert len(BY_KEY) == len(CATALOG) == len(BY_FIELD_ID)
+    for m in CATALOG:
+        assert m.key.startswith("DCGM_FI_")
+        assert m.kind in ("gauge", "counter")
+        assert m.help and m.unit
+        if m.unit == "ratio":
+            assert 0 < m.resolution <= 1e-4, m.key  # issue 3: no coarser than 1e-4 for ratios
+        if m.unit == "W":
+            assert 0 < m.resolution <= 0.001, m.key  # NVML reports mW
+
+
+def test_every_telemetry_md_key_is_in_the_catalog() -> None:
+    """Each key in the contract's table (with its X / Y shorthand expanded) has a row."""
+    keys: set[str] = set()
+    for line in TELEMETRY_MD.read_text().splitlines():
+        if not line.startswith("| DCGM_FI_"):
+            continue
+        cell = line.split("|")[1].strip()
+        first, *rest = [part.strip() for part in cell.split("/")]
+        keys.add(first)
+        prefix = first.rsplit("_", 1)[0] if "PIPE_" in first else first.rsplit("_", 2)[0]
+        for short in rest:
+            if short.startswith("DCGM_FI_"):
+                keys.add(short)
+            elif "PIPE_" in first:
+                keys.add(f"{prefix.rsplit('_', 1)[0]}_{short}_ACTIVE")
+            else:
+                keys.add(f"{first.rsplit('_', len(short.split('_')))[0]}_{short}")
+    missing = keys - set(BY_KEY)
+    assert not missing, missing
+    assert len(keys) >= 30
+
+
+def test_every_source_has_a_reader_and_readers_write_their_keys() -> None:
+    fleet = SimulatedFleet(1)
+    fleet.init()
+    h = fleet.handle_by_index(0)
+    polled = {m.source for m in CATALOG if m.cost in ("fast", "slow")}
+    assert polled == set(READERS)
+    for source, reader in READERS.items():
+        out: dict[str, float] = {}
+        reader(fleet, h, out)
+        assert set(out) == {m.key for m in CATALOG if m.source == source}, source
+    assert set(GPM_METRICS) == {m.key for m in CATALOG if m.cost == "gpm"}
+
+
+def test_sampler_fills_every_catalog_key_on_an_h200() -> None:
+    now = 1000.0
+    fleet = SimulatedFleet(1, clock=lambda: now, start=0.0)
+    fleet.init()
+    sampler = Sampler(fleet, "n", "v")
+    (target,) = discover(fleet)
+    sampler.sample(target, now)
+    now += 1.0
+    record = sampler.sample(target, now)
+    assert set(record.metrics) == set(BY_KEY) - {"DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"}
+
+
+def test_exporter_emits_every_sampled_key_with_its_type() -> None:
+    now = [1000.0]
+    fleet = SimulatedFleet(2, clock=lambda: now[0], start=0.0)
+    agent = Agent(fleet, "n", ScheduleConfig(), clock=lambda: now[0], calibrate_calls=False)
+    agent.open()
+    for _ in range(3):
+        agent.step(now[0])
+        now[0] += 1.0
+    text = Exposition(agent).render().decode()
+    for t, _record in agent.snapshot():
+        for key in t.last_metrics:
+            m = BY_KEY[key]
+            assert f"# TYPE {key} {m.kind}\n" in text
+            assert f"# HELP {key} {m.help}\n" in text
+            assert f'{key}{{gpu="{t.index}",UUID="{t.key}"' in text
+
+
+def test_docs_metrics_md_is_generated_from_the_catalog() -> None:
+    assert (ROOT / "docs" / "metrics.md").read_text() == metrics_markdown(), (
+        "docs/metrics.md is stale: run `gpuwatch catalog --markdown > docs/metrics.md`"
+    )

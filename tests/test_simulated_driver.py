@@ -1,0 +1,102 @@
+"""The simulated fleet keeps NVML's semantics, so code tested against it runs on real NVML."""
+
+from __future__ import annotations
+
+import pynvml as nv
+import pytest
+
+from agent.driver.simulated import MIB, SimulatedFleet
+from agent.gpm import GPM_METRICS
+
+
+def _fleet(**kw: object) -> tuple[SimulatedFleet, list[float]]:
+    now = [100.0]
+    fleet = SimulatedFleet(4, clock=lambda: now[0], start=0.0, **kw)  # type: ignore[arg-type]
+    fleet.init()
+    return fleet, now
+
+
+def test_units_are_nvmls() -> None:
+    fleet, _ = _fleet()
+    h = fleet.handle_by_index(0)
+    used, free, reserved = fleet.memory(h)
+    assert used + free + reserved == 143771 * MIB  # bytes, like nvmlMemory_v2
+    assert 70_000 <= fleet.power(h) <= 700_000  # mW
+    assert fleet.power_limit(h) == 700_000
+
+
+def test_energy_counter_only_grows() -> None:
+    fleet, now = _fleet()
+    h = fleet.handle_by_index(0)
+    last = fleet.energy(h)
+    for _ in range(50):
+        now[0] += 0.5
+        value = fleet.energy(h)
+        assert value >= last
+        last = value
+    now[0] -= 10  # a clock step backwards never makes a counter shrink
+    assert fleet.energy(h) >= last
+
+
+def test_models_lack_what_real_models_lack() -> None:
+    fleet, _ = _fleet(models=["NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Tesla T4"])
+    a100, t4 = fleet.handle_by_index(1), fleet.handle_by_index(2)
+    assert fleet.gpm_supported(fleet.handle_by_index(0))
+    assert not fleet.gpm_supported(a100)
+    with pytest.raises(nv.NVMLError_NotSupported):
+        fleet.gpm_sample(a100, fleet.gpm_alloc())
+    with pytest.raises(nv.NVMLError_NotSupported):
+        fleet.memory_temperature(t4)
+
+
+def test_gpm_needs_two_samples_100ms_apart() -> None:
+    fleet, now = _fleet()
+    h = fleet.handle_by_index(0)
+    s1, s2 = fleet.gpm_alloc(), fleet.gpm_alloc()
+    ids = tuple(i for i, _ in GPM_METRICS.values())
+    fleet.gpm_sample(h, s1)
+    with pytest.raises(nv.NVMLError_InvalidArgument):
+        fleet.gpm_metrics(s1, s2, ids)  # second buffer never filled
+    now[0] += 0.05
+    fleet.gpm_sample(h, s2)
+    with pytest.raises(nv.NVMLError_InvalidArgument):
+        fleet.gpm_metrics(s1, s2, ids)
+    now[0] += 0.1
+    fleet.gpm_sample(h, s2)
+    values = fleet.gpm_metrics(s1, s2, ids)
+    assert all(0.0 <= v <= 100.0 for k, v in values.items() if k < 20)  # percent, like GPM
+
+
+def test_process_utilization_raises_not_found_without_processes() -> None:
+    fleet, _ = _fleet(profiles=["idle"])
+    h = fleet.handle_by_index(0)
+    assert fleet.compute_processes(h) == []
+    with pytest.raises(nv.NVMLError_NotFound):
+        fleet.process_utilization(h, 0)
+
+
+def test_lost_gpu_raises_gpu_is_lost_until_recovered() -> None:
+    fleet, _ = _fleet()
+    h = fleet.handle_by_index(1)
+    fleet.inject_xid(1, 79)
+    with pytest.raises(nv.NVMLError_GpuIsLost):
+        fleet.utilization(h)
+    assert fleet.wait_event(fleet.event_set(), 10).xid == 79
+    with pytest.raises(nv.NVMLError_Timeout):
+        fleet.wait_event(fleet.event_set(), 1)
+    fleet.recover(1)
+    assert fleet.utilization(h)[0] >= 0
+
+
+def test_mig_instances_and_their_limits() -> None:
+    fleet, _ = _fleet(mig={0: ["1g.18gb", "3g.71gb"]})
+    h = fleet.handle_by_index(0)
+    assert fleet.mig_enabled(h)
+    instances = fleet.mig_devices(h)
+    assert len(instances) == 2
+    assert fleet.name(instances[1]).endswith("MIG 3g.71gb")
+    assert fleet.uuid(instances[0]).startswith("MIG-")
+    with pytest.raises(nv.NVMLError_NotSupported):
+        fleet.utilization(instances[0])  # NVML has no per-instance utilisation
+    used, free, reserved = fleet.memory(instances[1])
+    assert used + free + reserved > 0
