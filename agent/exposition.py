@@ -12,7 +12,7 @@ path never touches the exporter. Label prefixes are cached per GPU and owner set
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -56,7 +56,7 @@ def gpu_labels(t: GpuTarget, node: str, driver_version: str, owner: Owner) -> st
     return ",".join(parts)
 
 
-def owners_of(t: GpuTarget, record: GpuRecord | None, allocated: dict[str, list[Identity]]) -> list[Owner]:
+def owners_of(t: GpuTarget, record: GpuRecord | None, allocated: Mapping[str, Sequence[Identity]]) -> list[Owner]:
     """Pods that hold this GPU: from the kubelet's allocation, else from its processes."""
     found: set[Owner] = set()
     for who in allocated.get(t.key, ()):
@@ -114,7 +114,8 @@ class Exposition:
 
 def _process_families(node: str, rows: Sequence[tuple[GpuTarget, GpuRecord | None, list[str]]]) -> Iterator[str]:
     families = (
-        ("gpuwatch_process_used_memory_bytes", "Framebuffer memory used by the process (bytes).", "used_memory_mib", MIB),
+        ("gpuwatch_process_used_memory_bytes", "Framebuffer memory used by the process (bytes).",
+         "used_memory_mib", MIB),
         ("gpuwatch_process_sm_util", "SM utilization of the process (in %).", "sm_util", 1),
         ("gpuwatch_process_mem_util", "Memory (copy) utilization of the process (in %).", "mem_util", 1),
     )
@@ -148,28 +149,32 @@ class _AgentCollector(Collector):
         samples = CounterMetricFamily("gpuwatch_agent_samples", "GPU samples taken.", labels=["UUID"])
         interval = GaugeMetricFamily(
             "gpuwatch_agent_sample_interval_seconds", "Current sampling interval of the GPU.", labels=["UUID"])
-        up = GaugeMetricFamily("gpuwatch_agent_gpu_up", "1 if the GPU answers NVML, 0 while it is lost.", labels=["UUID"])
+        up = GaugeMetricFamily(
+            "gpuwatch_agent_gpu_up", "1 if the GPU answers NVML, 0 while it is lost.", labels=["UUID"])
         for key, t in a.targets.items():
             st = a.state[key]
             samples.add_metric([key], st.samples)
             interval.add_metric([key], st.effective_interval)
             up.add_metric([key], 1.0 if t.healthy else 0.0)
         yield from (samples, interval, up)
-        latency = GaugeMetricFamily(
-            "gpuwatch_agent_nvml_call_seconds", "Latency of each NVML call (moving average).", labels=["call"])
+        call_time = CounterMetricFamily(
+            "gpuwatch_agent_nvml_call_seconds", "Time spent in each NVML call while sampling.", labels=["call"])
+        call_count = CounterMetricFamily(
+            "gpuwatch_agent_nvml_calls", "NVML calls made while sampling.", labels=["call"])
         startup = GaugeMetricFamily(
             "gpuwatch_agent_nvml_call_startup_seconds", "Latency of each NVML call measured at start.", labels=["call"])
+        floor = 0
         if a.sampler is not None:
-            for call, seconds in sorted(a.sampler.stats.latency.items()):
-                latency.add_metric([call], seconds)
-            floor = a.sampler.stats.total_ns * 1e-9
-        else:
-            floor = 0.0
+            for call, (ns, n) in sorted(a.sampler.stats.acc.items()):
+                call_time.add_metric([call], ns * 1e-9)
+                call_count.add_metric([call], n)
+                floor += ns
         for call, seconds in sorted(a.calibration.items()):
             startup.add_metric([call], seconds)
-        yield from (latency, startup)
+        yield from (call_time, call_count, startup)
         yield CounterMetricFamily(
-            "gpuwatch_agent_nvml_seconds", "Time spent inside NVML calls while sampling (the NVML floor).", value=floor)
+            "gpuwatch_agent_nvml_seconds", "Time spent inside NVML calls while sampling (the NVML floor).",
+            value=floor * 1e-9)
         yield CounterMetricFamily(
             "gpuwatch_agent_sampling_cpu_seconds", "CPU time of the sampling thread.", value=a.sample_cpu_seconds)
         yield GaugeMetricFamily(
@@ -178,9 +183,11 @@ class _AgentCollector(Collector):
             "gpuwatch_agent_cpu_usage_ratio", "Agent CPU use as a fraction of one core (recent window).",
             value=a.budget.usage())
         yield GaugeMetricFamily(
-            "gpuwatch_agent_interval_stretch", "Factor the CPU budget applies to every interval.", value=a.budget.stretch)
+            "gpuwatch_agent_interval_stretch", "Factor the CPU budget applies to every interval.",
+            value=a.budget.stretch)
         errors = CounterMetricFamily("gpuwatch_agent_errors", "Errors by kind.", labels=["kind"])
-        counts = dict(a.errors)
+        counts = {"gpu_lost": 0}  # always present, so increase() sees the first one
+        counts.update(a.errors)
         if a.sampler is not None:
             for kind, n in a.sampler.errors.items():
                 counts[kind] = counts.get(kind, 0) + n

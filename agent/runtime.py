@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,6 +25,7 @@ import pynvml as nv
 from agent import calibrate
 from agent.devices import GpuTarget, discover
 from agent.driver.base import Driver
+from agent.readers import READERS
 from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
 from telemetry.records import EventRecord, GpuRecord
@@ -32,6 +33,9 @@ from telemetry.records import EventRecord, GpuRecord
 log = logging.getLogger(__name__)
 
 RecordSink = Callable[[GpuRecord], None]
+# calls that may go on a slow period; GPM and the process list stay on every sample
+SLOWABLE = frozenset(READERS) | {"process_utilization"}
+RECOST_EVERY_S = 30.0
 EventSink = Callable[[EventRecord], None]
 
 
@@ -39,7 +43,7 @@ class Attribution(Protocol):
     """What the agent needs from attribution (agent.attribution.Attributor and the simulated one)."""
 
     def identify(self, pid: int) -> Identity: ...
-    def gpu_owners(self) -> dict[str, list[Identity]]: ...
+    def gpu_owners(self) -> Mapping[str, Sequence[Identity]]: ...
     def start(self) -> None: ...
     def stop(self, timeout: float = 5.0) -> None: ...
     def sources(self) -> list[str]: ...
@@ -97,11 +101,15 @@ class Agent:
         self.samples_total = 0
         self.sample_cpu_seconds = 0.0
         self.driver_version = ""
+        self.healthy_count = 0
         self.ready = threading.Event()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set when another thread makes a GPU due now
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.sampler: Sampler | None = None
+        self._recost_at = 0.0
+        self._recost_acc: dict[str, tuple[int, int]] = {}
 
     # ---- setup ----
     def open(self) -> None:
@@ -115,19 +123,38 @@ class Agent:
             whole = next((t for t in targets if t.parent is None and not t.mig_parent), targets[0])
             self.calibration = calibrate.measure(self.driver, whole)
         cfg = self.config
-        polled = {k: v for k, v in self.calibration.items() if k not in ("gpm", "compute_processes", "pcie_throughput")}
-        self.slow_period = slow_periods(polled, cfg.slow_call_threshold, cfg.slow_call_duty)
-        self.sampler.slow = frozenset(self.slow_period)
+        self._set_slow_periods(self.calibration)
         now = self.clock()
+        self._recost_at = now + RECOST_EVERY_S
         for t in targets:
             self.targets[t.key] = t
             self.state[t.key] = _GpuState(AdaptiveInterval(cfg.floor, cfg.ceiling, cfg.busy))
             self.queue.put(t.key, now)
+        self.healthy_count = len(targets)
         log.info(
             "agent on %s: %d GPU targets via %s driver %s; slow calls: %s",
             self.node, len(targets), self.driver.kind, self.driver_version,
             ", ".join(f"{k} every {v:.1f}s" for k, v in self.slow_period.items()) or "none",
         )
+
+    def _set_slow_periods(self, latency: Mapping[str, float]) -> None:
+        cfg = self.config
+        polled = {k: v for k, v in latency.items() if k in SLOWABLE}
+        self.slow_period = slow_periods(polled, cfg.slow_call_threshold, cfg.slow_call_duty)
+        if self.sampler is not None:
+            self.sampler.slow = frozenset(self.slow_period)
+
+    def _recost(self) -> None:
+        """Re-derive slow periods from the latency of the last window: calls slow down under load
+        (on the H200, process utilisation went from ~50 µs idle to ~2 ms during training)."""
+        assert self.sampler is not None
+        acc = {k: (ns, n) for k, (ns, n) in self.sampler.stats.acc.items()}
+        window = {
+            k: (ns - self._recost_acc.get(k, (0, 0))[0]) * 1e-9 / (n - self._recost_acc.get(k, (0, 0))[1])
+            for k, (ns, n) in acc.items() if n > self._recost_acc.get(k, (0, 0))[1]
+        }
+        self._recost_acc = acc
+        self._set_slow_periods({**self.calibration, **window})
 
     # ---- the loop body ----
     def step(self, now: float) -> float | None:
@@ -139,6 +166,9 @@ class Agent:
                 self._retry(t, now)
                 continue
             self._sample(t, now)
+        if now >= self._recost_at:
+            self._recost()
+            self._recost_at = now + RECOST_EVERY_S
         self.budget.observe()
         return self.queue.peek()
 
@@ -163,8 +193,7 @@ class Agent:
         busy = is_busy(record.metrics) if record.metrics else False
         interval = st.interval.update(busy, volatility(st.prev_metrics, record.metrics), pids != st.prev_pids)
         st.prev_metrics, st.prev_pids = record.metrics, pids
-        healthy = sum(1 for x in self.targets.values() if x.healthy)
-        effective = max(interval, self.budget.min_interval(healthy)) * self.budget.stretch
+        effective = max(interval, self.budget.min_interval(self.healthy_count)) * self.budget.stretch
         st.effective_interval = effective  # the CPU budget may stretch past the ceiling: it wins
         self.queue.put(t.key, now + st.effective_interval)
         with self._lock:
@@ -184,6 +213,7 @@ class Agent:
             log.error("GPU %s (index %d) lost: %s; retrying with backoff", t.key, t.index, why)
             self._emit(EventRecord(now, self.node, t.key, "gpu_lost", None, why))
         t.healthy = False
+        self.healthy_count = sum(1 for x in self.targets.values() if x.healthy)
         self.errors["gpu_lost"] += 1
         t.retry_at = now + t.retry_backoff
         self.queue.put(t.key, t.retry_at)
@@ -197,6 +227,7 @@ class Agent:
             self._lost(t, now, str(exc))
             return
         t.handle, t.healthy, t.retry_backoff = h, True, 1.0
+        self.healthy_count = sum(1 for x in self.targets.values() if x.healthy)
         log.warning("GPU %s is back", t.key)
         self._emit(EventRecord(now, self.node, t.key, "gpu_recovered"))
         self.queue.put(t.key, now)
@@ -211,6 +242,7 @@ class Agent:
         t = self.targets.get(uuid)
         if t is not None:
             self.queue.put(uuid, now)  # sample it now: XIDs are when detail matters
+            self._wake.set()
             if xid == 79:
                 self._lost(t, now, "XID 79: GPU has fallen off the bus")
 
@@ -235,8 +267,9 @@ class Agent:
                 self.errors[f"loop:{exc.__class__.__name__}"] += 1
                 log.exception("sampling loop error")
                 next_at = None
-            wait = 1.0 if next_at is None else next_at - self.clock()
-            self._stop.wait(min(max(wait, 0.0), 1.0))
+            wait = 5.0 if next_at is None else next_at - self.clock()
+            self._wake.wait(min(max(wait, 0.0), 5.0))
+            self._wake.clear()
 
     def _xid_loop(self) -> None:
         try:
@@ -252,7 +285,7 @@ class Agent:
             return
         while not self._stop.is_set():
             try:
-                event = self.driver.wait_event(event_set, 500)
+                event = self.driver.wait_event(event_set, 2000)
             except nv.NVMLError_Timeout:
                 continue
             except nv.NVMLError as exc:
@@ -264,6 +297,7 @@ class Agent:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads and release NVML; safe to call twice."""
         self._stop.set()
+        self._wake.set()
         for th in self._threads:
             th.join(timeout)
         self._threads = []
@@ -281,7 +315,7 @@ class Agent:
         with self._lock:
             return [(t, self.latest.get(k)) for k, t in self.targets.items()]
 
-    def owners(self) -> dict[str, list[Identity]]:
+    def owners(self) -> Mapping[str, Sequence[Identity]]:
         return self.attribution.gpu_owners() if self.attribution else {}
 
     def interval(self, key: str) -> float:

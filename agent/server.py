@@ -63,7 +63,8 @@ class MetricsServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, name="gpuwatch-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 1.0}, name="gpuwatch-http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

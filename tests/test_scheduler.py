@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from agent.driver.simulated import SimulatedFleet
 from agent.runtime import Agent, ScheduleConfig
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, slow_periods, volatility
@@ -136,6 +138,7 @@ def test_slow_source_is_read_less_often() -> None:
     agent.slow_period = slow_periods(agent.calibration, 0.001, 0.001)
     assert agent.sampler is not None
     agent.sampler.slow = frozenset(agent.slow_period)
+    agent._recost_at = float("inf")  # live re-costing would see the simulator's fast call
     records = []
     agent.record_sinks.append(records.append)
     _run(agent, clocks, 60.0)
@@ -153,3 +156,23 @@ def test_due_queue_orders_and_supersedes() -> None:
     assert q.peek() == 3.0
     assert q.pop_due(10.0) == ["b"]
     assert q.peek() is None
+
+
+class SlowEnergyFleet(SimulatedFleet):
+    """A driver whose energy counter really takes 1.5 ms, like the H200's took 2-4 ms."""
+
+    def energy(self, h: object) -> int:
+        time.sleep(0.0015)
+        return super().energy(h)
+
+
+def test_calls_that_turn_slow_at_run_time_get_a_slow_period() -> None:
+    clocks = FakeClocks()
+    fleet = SlowEnergyFleet(1, clock=clocks.wall, profiles=["training"], start=0.0)
+    agent = Agent(fleet, "n", ScheduleConfig(), clock=clocks.wall, cpu_clock=clocks.thread_cpu,
+                  process_cpu_clock=clocks.process_cpu, calibrate_calls=False)
+    agent.open()
+    assert agent.slow_period == {}  # nothing measured yet
+    _run(agent, clocks, 35.0)  # past the first re-costing window
+    assert set(agent.slow_period) == {"energy"}
+    assert agent.slow_period["energy"] >= 1.5

@@ -59,8 +59,8 @@ def test_gpm_needs_two_samples_100ms_apart() -> None:
         fleet.gpm_metrics(s1, s2, ids)  # second buffer never filled
     now[0] += 0.05
     fleet.gpm_sample(h, s2)
-    with pytest.raises(nv.NVMLError_InvalidArgument):
-        fleet.gpm_metrics(s1, s2, ids)
+    # closer than 100 ms the H200 answered success with zeros: nothing to catch, hence the agent's guard
+    assert set(fleet.gpm_metrics(s1, s2, ids).values()) == {0.0}
     now[0] += 0.1
     fleet.gpm_sample(h, s2)
     values = fleet.gpm_metrics(s1, s2, ids)
@@ -98,5 +98,10 @@ def test_mig_instances_and_their_limits() -> None:
     assert fleet.uuid(instances[0]).startswith("MIG-")
     with pytest.raises(nv.NVMLError_NotSupported):
         fleet.utilization(instances[0])  # NVML has no per-instance utilisation
+    with pytest.raises(nv.NVMLError_NotSupported):
+        fleet.utilization(h)  # nor whole-GPU utilisation in MIG mode
+    assert fleet.temperature(h) > 0 and fleet.power(h) > 0  # device-level counters still answer
+    with pytest.raises(nv.NVMLError_NotSupported):
+        fleet.power(instances[0])
     used, free, reserved = fleet.memory(instances[1])
     assert used + free + reserved > 0

@@ -4,7 +4,8 @@ It behaves like the real driver where the agent could tell the difference: NVML'
 (mW, bytes, mJ), counters that only grow, ``NVMLError_NotSupported`` for what a model
 lacks (no GPM before Hopper, no memory temperature on a T4, no utilisation on a MIG
 instance), ``NVMLError_NotFound`` from process utilisation when no process runs, GPM
-needing two samples at least 100 ms apart, XID events through an event set, and
+needing two samples at least 100 ms apart (closer ones give zeros,
+silently, as on the H200), XID events through an event set, and
 ``NVMLError_GpuIsLost`` from every call to a GPU that fell off the bus.
 
 Values are pure functions of (seed, GPU, time) plus a little integrated state (energy),
@@ -195,9 +196,16 @@ class SimulatedFleet:
         return g
 
     def _whole(self, h: SimHandle) -> _Gpu:
-        """A call that a MIG instance or a GPU in MIG mode does not support."""
+        """A device-level counter: NotSupported on a MIG instance handle (it lives on the GPU)."""
         g = self._gpu(h)
-        if h.mig is not None or g.mig_profiles:
+        if h.mig is not None:
+            raise _err(nv.NVML_ERROR_NOT_SUPPORTED)
+        return g
+
+    def _not_in_mig(self, h: SimHandle) -> _Gpu:
+        """Utilisation-type calls: NotSupported on an instance and on a GPU in MIG mode."""
+        g = self._whole(h)
+        if g.mig_profiles:
             raise _err(nv.NVML_ERROR_NOT_SUPPORTED)
         return g
 
@@ -269,17 +277,17 @@ class SimulatedFleet:
 
     # ---- counters ----
     def utilization(self, h: Handle) -> tuple[int, int]:
-        g = self._whole(h)
+        g = self._not_in_mig(h)
         st = self.state(g.index)
         util = 0 if st.load < 0.02 else min(100, round(st.load * 100 + 6))
         return util, round(st.dram * 100 * 1.1)
 
     def encoder_utilization(self, h: Handle) -> int:
-        self._whole(h)
+        self._not_in_mig(h)
         return 0
 
     def decoder_utilization(self, h: Handle) -> int:
-        self._whole(h)
+        self._not_in_mig(h)
         return 0
 
     def memory(self, h: Handle) -> tuple[int, int, int]:
@@ -380,9 +388,10 @@ class SimulatedFleet:
     def gpm_metrics(self, s1: SimGpmSample, s2: SimGpmSample, ids: tuple[int, ...]) -> dict[int, float]:
         if s1.t is None or s2.t is None or s1.handle != s2.handle or s2.handle is None:
             raise _err(nv.NVML_ERROR_INVALID_ARGUMENT)
-        if abs(s2.t - s1.t) < 0.1:
-            raise _err(nv.NVML_ERROR_INVALID_ARGUMENT)
         g = self._gpu(s2.handle)
+        if abs(s2.t - s1.t) < 0.1:
+            # what the H200 did with two samples back to back: success, and zeros
+            return dict.fromkeys(ids, 0.0)
         st = self.state(g.index, (s1.t + s2.t) / 2)
         q = _noise(self.seed, g.index, math.floor(s2.t * 10), 9)
         pct = {
@@ -410,7 +419,7 @@ class SimulatedFleet:
         return [ProcessInfo(p.pid, p.used_mib * MIB) for p in self.state(g.index).procs]
 
     def process_utilization(self, h: Handle, since_us: int) -> list[ProcessUtil]:
-        g = self._whole(h)
+        g = self._not_in_mig(h)
         st = self.state(g.index)
         if not st.procs:
             raise _err(nv.NVML_ERROR_NOT_FOUND)

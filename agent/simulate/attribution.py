@@ -26,12 +26,20 @@ class SimIdentity:
 class SimulatedAttribution:
     def __init__(self, fleet: SimulatedFleet) -> None:
         self.fleet = fleet
+        self._cache: dict[int, SimIdentity] = {}
 
     def identify(self, pid: int) -> SimIdentity:
+        """Cached per pid, as the real attributor caches (the fleet's pids are never reused)."""
+        found = self._cache.get(pid)
+        if found is not None:
+            return found
         p = self.fleet.identity(pid)
         if p is None:
             return SimIdentity(pid, None)
-        return SimIdentity(pid, p.name, p.namespace, p.pod, p.container, p.service)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        found = self._cache[pid] = SimIdentity(pid, p.name, p.namespace, p.pod, p.container, p.service)
+        return found
 
     def gpu_owners(self) -> dict[str, list[SimIdentity]]:
         return {}

@@ -1,0 +1,1 @@
+"""Real-protocol stand-ins for external systems that cannot run in tests."""
