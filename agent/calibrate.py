@@ -51,6 +51,7 @@ def measure(driver: Driver, target: GpuTarget, repeats: int = 5) -> dict[str, fl
             out["gpm"] = latency
     for name, fn in (
         ("compute_processes", lambda: driver.compute_processes(h)),
+        ("process_utilization", lambda: driver.process_utilization(h, 0)),  # NotFound when idle: skipped
         ("pcie_throughput", lambda: driver.pcie_throughput(h)),
     ):
         latency = _median_call(fn, 1 if name == "pcie_throughput" else repeats)

@@ -33,9 +33,11 @@ def _decoder(d: Driver, h: Handle, out: Metrics) -> None:
 
 def _memory(d: Driver, h: Handle, out: Metrics) -> None:
     used, free, reserved = d.memory(h)
-    out["DCGM_FI_DEV_FB_USED"] = used // MIB
-    out["DCGM_FI_DEV_FB_FREE"] = free // MIB
-    out["DCGM_FI_DEV_FB_RESERVED"] = reserved // MIB
+    # rounded up to whole MiB: that is what nvidia-smi shows (checked on the H200: truncating
+    # read 1 MiB low on all three, rounding to nearest still 1 MiB low on free and reserved)
+    out["DCGM_FI_DEV_FB_USED"] = -(-used // MIB)
+    out["DCGM_FI_DEV_FB_FREE"] = -(-free // MIB)
+    out["DCGM_FI_DEV_FB_RESERVED"] = -(-reserved // MIB)
 
 
 def _power(d: Driver, h: Handle, out: Metrics) -> None:

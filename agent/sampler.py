@@ -165,7 +165,7 @@ class Sampler:
             sm_mem = util.get(p.pid)
             out.append(ProcessRecord(
                 pid=p.pid, name=who.name,
-                used_memory_mib=None if p.used_bytes is None else p.used_bytes // MIB,
+                used_memory_mib=None if p.used_bytes is None else -(-p.used_bytes // MIB),
                 sm_util=None if sm_mem is None else sm_mem[0],
                 mem_util=None if sm_mem is None else sm_mem[1],
                 namespace=who.namespace, pod=who.pod, container=who.container, service=who.service,

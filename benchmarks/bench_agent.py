@@ -80,7 +80,8 @@ def raw_floor(agent: Agent, iterations: int) -> dict[str, float]:
                 d.gpm_sample(h, t.gpm.buffers[i % 2])
             if t.processes:
                 procs = d.compute_processes(h)
-                if procs:
+                util_due = "process_utilization" not in slow or i % max(1, round(slow["process_utilization"])) == 0
+                if procs and util_due:
                     with contextlib.suppress(nv.NVMLError_NotFound):  # as in the agent
                         d.process_utilization(h, 0)
             n += 1

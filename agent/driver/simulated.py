@@ -405,6 +405,8 @@ class SimulatedFleet:
             nv.NVML_GPM_METRIC_FP16_UTIL: 0.0,
             nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 0.75 + 0.5 * st.load * q,
             nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 2.33 + 40.0 * st.load * q,
+            nv.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 0.0,  # a lone GPU: zero, as the H200 answered
+            nv.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 0.0,
         }
         return {i: pct[i] for i in ids if i in pct}
 

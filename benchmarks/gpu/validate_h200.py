@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = Path(os.environ.get("OUT", "/tmp/gpuwatch-validate"))
 MARKER = Path("/tmp/gpuwatch-phases")
-PLAN = ["idle:20", "train:110", "infer:60", "idle:20"]
+PLAN = os.environ.get("PLAN", "idle:20 train:110 infer:60 idle:20").split()
 
 SMI_FIELDS = {
     "utilization.gpu": "DCGM_FI_DEV_GPU_UTIL",
