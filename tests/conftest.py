@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import pytest
 
+# Real PostgreSQL and Kafka-protocol broker fixtures live in their own plugin modules.
+pytest_plugins = ["tests.fixtures_pg", "tests.fixtures_kafka"]
+
 if TYPE_CHECKING:
     from agent.driver.simulated import Profile, SimulatedFleet
     from agent.runtime import Agent, Attribution, ScheduleConfig
