@@ -12,9 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gpuwatch import cmd_agent, cmd_catalog, cmd_export, cmd_frames, cmd_up
+from gpuwatch import cmd_agent, cmd_catalog, cmd_collector, cmd_export, cmd_frames, cmd_up
 
-_COMMANDS = (cmd_up, cmd_agent, cmd_export, cmd_frames, cmd_catalog)
+_COMMANDS = (cmd_up, cmd_agent, cmd_collector, cmd_export, cmd_frames, cmd_catalog)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,26 +1,37 @@
 """``gpuwatch up``: the whole system in one process on one machine.
 
-Today that is the node agent: real NVML when a GPU is present, otherwise a simulated
-fleet (and it says so), serving dcgm-exporter-compatible /metrics. The collector, its
-embedded PostgreSQL and the REST API join this process as they land (issue 4: the
-pipeline; issue 6: the API); ``up`` stays the README's main command throughout.
+The node agent (real NVML when a GPU is present, otherwise a simulated fleet, and it says
+so), the in-process transport in place of Kafka, and the collector writing to PostgreSQL:
+an embedded PostgreSQL that ``up`` starts itself in a data directory under the user's
+home, or an existing one with ``--db DSN``. The REST API joins this process with issue 6;
+until then ``up`` prints where /metrics and the database are.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+import signal
 import sys
+from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("gpuwatch.up")
 
 
 def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "up", help="run everything in one process (simulated GPUs where there is no NVML)")
     p.add_argument("--simulate", type=int, metavar="N", help="simulate N GPUs (default: NVML, else 8 simulated)")
+    p.add_argument("--db", metavar="DSN", help="use this PostgreSQL instead of the embedded one")
+    p.add_argument("--data-dir", type=Path, help="embedded PostgreSQL location (default ~/.local/share/gpuwatch)")
     p.add_argument("--metrics-port", type=int, default=9400, metavar="PORT", help="port of /metrics (default 9400)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of /metrics (default 127.0.0.1)")
     p.add_argument("--node-name", help="this node's name (default: $NODE_NAME or the hostname)")
-    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until SIGTERM)")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     p.set_defaults(func=run)
 
 
@@ -41,14 +52,135 @@ def nvml_available() -> tuple[bool, str]:
     return (count > 0, "NVML sees no GPU") if count == 0 else (True, f"NVML sees {count} GPU(s)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from gpuwatch import cmd_agent
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpuwatch"
+
+
+async def _ensure_database(admin_dsn: str, name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            await conn.execute(f'CREATE DATABASE "{name}"')  # name is a constant, not input
+    finally:
+        await conn.close()
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from agent.exposition import Exposition
+    from agent.framing import Framer
+    from agent.server import MetricsServer
+    from agent.settings import AgentSettings, SettingsError, load
+    from collector.consumer import DB_UNAVAILABLE
+    from collector.ingest import Inbound, Ingestor
+    from collector.store import Store, validate
+    from gpuwatch.cmd_agent import build_agent
+    from gpuwatch.embedded_pg import EmbeddedPgError, PgServer, open_cluster
+    from gpuwatch.inprocess import InProcessTransport
 
     if args.simulate is None:
         ok, why = nvml_available()
         if not ok:
             print(f"gpuwatch up: {why}; using 8 simulated GPUs (--simulate N to choose)", file=sys.stderr)
             args.simulate = 8
-    for name in ("interval_floor", "interval_ceiling", "busy_interval", "cpu_budget", "kubeconfig"):
-        setattr(args, name, None)
-    return cmd_agent.run(args)
+    try:
+        settings = load(AgentSettings, {
+            "simulate": args.simulate, "metrics_port": args.metrics_port, "metrics_host": args.metrics_host,
+            "node_name": args.node_name, "log_level": args.log_level,
+        })
+    except SettingsError as exc:
+        print(f"gpuwatch up: {exc}", file=sys.stderr)
+        return 2
+
+    pg: PgServer | None = None
+    if args.db:
+        dsn = args.db
+        where = "the PostgreSQL given with --db"
+    else:
+        data_dir = (args.data_dir or default_data_dir()).expanduser()
+        try:
+            pg = open_cluster(data_dir / "postgres")
+        except EmbeddedPgError as exc:
+            print(f"gpuwatch up: the embedded PostgreSQL did not start: {exc}", file=sys.stderr)
+            return 1
+        await _ensure_database(pg.dsn("postgres"), "gpuwatch")
+        dsn = pg.dsn("gpuwatch")
+        where = f"embedded PostgreSQL in {pg.root} ({dsn})"
+    store = await Store.open(dsn)
+    dead: list[tuple[Inbound, str]] = []
+
+    async def dead_letter(msg: Inbound, reason: str) -> None:
+        dead.append((msg, reason))
+        log.warning("dead-lettered message %d: %s", msg.offset, reason)
+
+    ingestor = Ingestor(store, dead_letter, validate)
+    loop = asyncio.get_running_loop()
+    transport = InProcessTransport(loop)
+    agent = build_agent(settings)
+    agent.open()
+    framer = Framer(transport.submit)
+    agent.record_sinks.append(framer.add)
+    agent.event_sinks.append(framer.add_event)
+    server = MetricsServer(settings.metrics_host, settings.metrics_port, Exposition(agent))
+    framer.start()
+    agent.start()
+    server.start()
+    kind = "simulated" if settings.simulate else "NVML"
+    print(f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}\n"
+          f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics\n"
+          f"  database: {where} (profile {store.profile})\n"
+          f"  API:      not yet served (arrives with the REST API)", flush=True)
+
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.duration is not None:
+        loop.call_later(args.duration, stop.set)
+
+    async def store_batch(batch: list[Inbound]) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await ingestor.handle(batch)
+                return
+            except DB_UNAVAILABLE as exc:
+                log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)
+
+    async def consume() -> None:
+        while not stop.is_set():
+            batch = await transport.batch()
+            if batch:
+                await store_batch(batch)
+
+    async def maintain() -> None:
+        while not stop.is_set():
+            await store.maintain()
+            try:
+                await asyncio.wait_for(stop.wait(), 60)
+            except TimeoutError:
+                continue
+
+    tasks = [asyncio.create_task(consume()), asyncio.create_task(maintain())]
+    await stop.wait()
+    server.stop()
+    agent.stop()
+    framer.stop()
+    await asyncio.sleep(0)  # let call_soon_threadsafe deliveries land in the queue
+    await asyncio.gather(*tasks, return_exceptions=True)
+    async for batch in transport.drain():
+        await store_batch(batch)
+    await store.close()
+    if pg is not None:
+        pg.stop()
+    print(f"gpuwatch up: stopped; {ingestor.counters['records']} records stored, "
+          f"{ingestor.counters['dead_lettered']} dead-lettered", flush=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(args))

@@ -367,7 +367,9 @@ class FrameDecoder:
 
     def _read_table(self, r: Reader, prev: _DecoderState | None) -> tuple[list[str | None], list[ColState | None]]:
         at = r.pos
-        count = r.count("column count", r.remaining)
+        # a keyframe's table entry takes at least a byte; a delta frame's column may take only
+        # its bit in the sent bitmap (a column that repeats its last value)
+        count = r.count("column count", r.remaining if prev is None else r.remaining * 8)
         if prev is not None:
             if count != len(prev.keys):
                 raise r.fail(f"delta frame has {count} columns, its keyframe had {len(prev.keys)}", at)

@@ -1,0 +1,811 @@
+"""The agent's Kafka sender: frames to ``gpu.telemetry``, through the on-disk spool when Kafka is away.
+
+Why it is built this way:
+
+* **Sampling never waits.** :meth:`Sender.submit` is called from the sampling thread; it
+  appends to an in-memory deque under a lock held for microseconds and at most wakes the
+  sender's event loop (a non-blocking write to its self-pipe). It does no disk or network
+  I/O. Everything else happens on the sender's own asyncio loop (its thread, or a loop
+  the caller gives), and every spool call runs on one worker thread so an fsync never
+  stalls the loop either.
+* **Nothing lost.** Frames that cannot be delivered (broker down, timeouts, a slow broker
+  that lets frames wait longer than ``spool_after_ms``, more than ``memory_max_*`` queued)
+  go to the bounded on-disk :class:`~agent.spool.Spool`; ``stop()`` spools what it could
+  not deliver in time, and the next Sender on the same directory replays it. Only a full
+  spool drops, oldest first, counted in ``dropped_total``.
+* **Per-GPU order.** Messages are keyed by GPU UUID (Kafka's murmur2 partitioner puts a
+  GPU on one partition). The spool is one FIFO, and while it holds anything every new
+  message goes behind it, so each GPU's frames reach the topic in the order submitted.
+  A batch in flight when memory overflows is written to the spool *ahead* of the overflow
+  and, once its outcome is known, the delivered part is committed without a resend.
+* **Exactly once when the broker is simply away; at least once when an answer is lost.**
+  A batch whose acknowledgement is lost (the broker wrote it, then died) is resent from
+  the spool after the reconnect. Kafka's idempotent producer (``enable_idempotence``)
+  removes the duplicates of the producer's own retries on a real cluster, not those of a
+  resend by a new producer after a reconnect; tansu 0.6.0, the test broker, answers
+  InitProducerId with an error, so it is off by default. Frames carry a per-GPU sequence
+  number, so the collector's store deduplicates either way.
+* **Reconnect** with exponential backoff (0.5 s doubling to 30 s). Sends are batched: each
+  round (up to ``replay_batch_messages``) is packed into one record batch per partition
+  and the batches are pipelined, which keeps a replay at tens of thousands of messages/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
+from aiokafka.partitioner import murmur2
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from agent.spool import Message, Spool
+
+__all__ = ["KafkaSettings", "Message", "Sender"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Errors that name the message, not the connection: resending cannot help, so it is dropped.
+REJECTED = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError, CorruptRecordException,
+            InvalidTimestampError)
+POLL_S = 0.05  # how often a running round checks for overflow and the stop deadline
+IDLE_S = 0.5  # how long an idle loop sleeps before looking at the spool again
+
+
+class KafkaSettings(BaseModel):
+    """Where and how the agent produces. Secrets never appear in ``repr`` or logs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bootstrap_servers: str = Field(min_length=1, description="comma-separated host:port list")
+    topic: str = Field(default="gpu.telemetry", min_length=1, description="topic of telemetry frames")
+    client_id: str = Field(default="gpuwatch-agent", description="Kafka client id")
+    acks: Literal["all"] = Field(
+        default="all", description="fixed: a frame counts as sent once all in-sync replicas have it")
+    enable_idempotence: bool = Field(
+        default=False, description="Kafka's idempotent producer (worth it on real clusters; tansu 0.6.0 refuses it)")
+    compression: Literal["zstd", "lz4", "gzip", "none"] = Field(default="zstd", description="batch compression")
+    linger_ms: int = Field(default=20, ge=0, le=10_000, description="how long the producer waits to fill a batch")
+    max_batch_bytes: int = Field(default=256 << 10, ge=1024, description="producer batch size per partition")
+    max_request_bytes: int = Field(default=1 << 20, ge=1024, description="largest produce request (and message)")
+    request_timeout_ms: int = Field(default=10_000, ge=100, description="a send not acknowledged in this time failed")
+    reconnect_backoff_ms: int = Field(default=500, ge=10, description="first reconnect delay")
+    reconnect_backoff_max_ms: int = Field(default=30_000, ge=10, description="reconnect delay ceiling")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    ssl_cafile: Path | None = Field(default=None, description="CA bundle that signed the brokers' certificates")
+    ssl_certfile: Path | None = Field(default=None, description="client certificate (mutual TLS)")
+    ssl_keyfile: Path | None = Field(default=None, description="client key (mutual TLS)")
+    ssl_check_hostname: bool = True
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = Field(
+        default=None, description="file holding the SASL password (a mounted Secret)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
+            raise ValueError("reconnect_backoff_max_ms must be >= reconnect_backoff_ms")
+        if self.security_protocol.startswith("SASL"):
+            if not self.sasl_username:
+                raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username")
+            if (self.sasl_password is None) == (self.sasl_password_file is None):
+                raise ValueError("give exactly one of sasl_password and sasl_password_file")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile")
+        return self
+
+    def producer_config(self) -> dict[str, Any]:
+        """Keyword arguments for ``AIOKafkaProducer``; reads the password file and TLS files now.
+
+        Called at every (re)connect, so a rotated Secret is picked up without a restart.
+        The result holds the password: never log it.
+        """
+        config: dict[str, Any] = {
+            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
+            "client_id": self.client_id,
+            "acks": self.acks,
+            "enable_idempotence": self.enable_idempotence,
+            "compression_type": None if self.compression == "none" else self.compression,
+            "linger_ms": self.linger_ms,
+            "max_batch_size": self.max_batch_bytes,
+            "max_request_size": self.max_request_bytes,
+            "request_timeout_ms": self.request_timeout_ms,
+            "security_protocol": self.security_protocol,
+        }
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
+            context.check_hostname = self.ssl_check_hostname
+            if self.ssl_certfile is not None:
+                context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
+            config["ssl_context"] = context
+        if self.security_protocol.startswith("SASL"):
+            if self.sasl_password_file is not None:
+                password = self.sasl_password_file.read_text().rstrip("\r\n")
+            else:
+                assert self.sasl_password is not None
+                password = self.sasl_password.get_secret_value()
+            config |= {"sasl_mechanism": self.sasl_mechanism, "sasl_plain_username": self.sasl_username,
+                       "sasl_plain_password": password}
+        return config
+
+
+_Outcome = Literal["sent", "failed", "idle", "abandoned"]
+
+
+@dataclass(slots=True)
+class _Round:
+    """One batch on its way: from the spool, or from memory (``seqs`` None until it is spooled too)."""
+
+    msgs: list[Message]
+    seqs: list[int] | None  # spool sequence number of each message, once it is in the spool
+    from_spool: bool
+
+
+class Sender:
+    """Delivers :class:`Message` to Kafka in order per key, spooling to disk whenever it cannot.
+
+    Thread mode (default): :meth:`start` runs an event loop in a daemon thread. Loop mode
+    (``loop=`` given): the sender runs as a task on that loop; use :meth:`aflush` and
+    :meth:`astop` from inside it (the blocking :meth:`flush`/:meth:`stop` would deadlock).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        spool: Spool | str | os.PathLike[str],
+        *,
+        memory_max_messages: int = 10_000,
+        memory_max_bytes: int = 8 << 20,
+        spool_after_ms: int = 2_000,
+        spool_poll_ms: int = 200,
+        replay_batch_messages: int = 5_000,
+        replay_batch_bytes: int = 4 << 20,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.settings = settings
+        self._owns_spool = not isinstance(spool, Spool)
+        self.spool = spool if isinstance(spool, Spool) else Spool(spool)
+        self._mem_max_n = memory_max_messages
+        self._mem_max_b = memory_max_bytes
+        self._spool_after = spool_after_ms / 1000.0
+        self._spool_poll = spool_poll_ms / 1000.0
+        self._batch_n = replay_batch_messages
+        self._batch_b = replay_batch_bytes
+        self._given_loop = loop
+        # shared with submitting threads, guarded by _mlock
+        self._mlock = threading.Lock()
+        self._memory: deque[Message] = deque()
+        self._mem_bytes = 0
+        self._mem_oldest = 0.0
+        self._inflight = 0  # messages taken from memory for a send, until settled
+        self._moving = 0  # messages taken from memory for the spool, until written
+        self._idle_waiting = False
+        self._wake_pending = False
+        self._finished = False
+        self._memory_dropped = 0
+        # owned by the loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuwatch-spool")
+        self._thread: threading.Thread | None = None
+        self._done: Future[None] | None = None
+        self._stopping = False
+        self._stop_deadline = 0.0
+        self._delivered: set[int] = set()  # spool seqs delivered but not yet committed
+        self._hashes: dict[bytes, int] = {}  # key -> murmur2 hash (see _partition_of)
+        self._connected = False
+        self._down = False  # a connect or send failed and nothing succeeded since: spool at once
+        self._outage_logged = False
+        self._started = False
+        self.sent_total = 0
+        self.spooled_total = 0
+        self.replayed_total = 0
+        self.send_errors_total = 0
+        self.rejected_total = 0
+        self.spool_errors_total = 0
+
+    # ------------------------------------------------------------------ public API
+
+    def start(self) -> None:
+        """Start delivering (returns at once; the first connection is made in the background)."""
+        if self._started:
+            raise RuntimeError("Sender already started")
+        self._started = True
+        if self._given_loop is not None:
+            self._loop = self._given_loop
+            self._done = asyncio.run_coroutine_threadsafe(self._main(), self._given_loop)
+            return
+        ready = threading.Event()
+        done: Future[None] = Future()
+        self._done = done
+
+        def run() -> None:
+            # asyncio.Runner cancels what is left (e.g. a producer abandoned at the stop deadline) on exit.
+            with asyncio.Runner() as runner:
+                self._loop = runner.get_loop()
+                ready.set()
+                try:
+                    runner.run(self._main())
+                except BaseException as exc:
+                    log.exception("the Kafka sender's loop failed")
+                    done.set_exception(exc)  # stop() re-raises it
+                    return
+            done.set_result(None)
+
+        self._thread = threading.Thread(target=run, name="gpuwatch-sender", daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def submit(self, msg: Message) -> None:
+        """Queue ``msg`` for delivery. Never blocks on I/O; safe from any thread.
+
+        After :meth:`stop` the message is written to the spool directly (if it is still open).
+        """
+        size = msg.size
+        if size > self.settings.max_request_bytes:
+            raise ValueError(f"message of {size} bytes exceeds max_request_bytes ({self.settings.max_request_bytes})")
+        with self._mlock:
+            if not self._finished:
+                if not self._memory:
+                    self._mem_oldest = time.monotonic()
+                self._memory.append(msg)
+                self._mem_bytes += size
+                over = len(self._memory) > self._mem_max_n or self._mem_bytes > self._mem_max_b
+                wake = (over or self._idle_waiting) and not self._wake_pending
+                if wake:
+                    self._wake_pending = True
+                # Only when spool writes fail (disk trouble) can memory grow this far: drop the oldest.
+                while len(self._memory) > 4 * self._mem_max_n or self._mem_bytes > 4 * self._mem_max_b:
+                    self._mem_bytes -= self._memory.popleft().size
+                    self._memory_dropped += 1
+                late = False
+            else:
+                late, wake = True, False
+        if late:
+            self._submit_late(msg)
+        elif wake and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop just closed: stop() spools what is left
+                self._loop.call_soon_threadsafe(self._on_wake)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far is acknowledged by Kafka; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while not self._drained():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    async def aflush(self, timeout: float = 10.0) -> bool:
+        """:meth:`flush` for callers on the sender's own loop."""
+        deadline = time.monotonic() + timeout
+        while not self._drained():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Deliver what can be delivered within ``timeout`` s, spool the rest, release everything."""
+        if not self._started:
+            self._finish_unstarted()
+            return
+        assert self._done is not None
+        if not self._done.done():
+            self._request_stop(timeout)
+        try:
+            self._done.result(timeout + 30.0)
+        finally:
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+            self._io.shutdown(wait=True)
+
+    async def astop(self, timeout: float = 10.0) -> None:
+        """:meth:`stop` for callers on the sender's own loop."""
+        if not self._started:
+            self._finish_unstarted()
+            return
+        assert self._done is not None
+        if not self._done.done():
+            self._request_stop(timeout)
+        await asyncio.wrap_future(self._done)
+        self._io.shutdown(wait=False)
+
+    def stats(self) -> dict[str, int | bool]:
+        """Counters for /metrics and logs (``dropped_total`` includes drops of earlier runs on this spool)."""
+        return {
+            "sent_total": self.sent_total,
+            "spooled_total": self.spooled_total,
+            "replayed_total": self.replayed_total,
+            "dropped_total": self.spool.dropped_total + self._memory_dropped,
+            "send_errors_total": self.send_errors_total,
+            "rejected_total": self.rejected_total,
+            "spool_errors_total": self.spool_errors_total,
+            "spool_corrupt_total": self.spool.corrupt_total,
+            "spool_bytes": self.spool.bytes,
+            "spool_messages": len(self.spool),
+            "memory_messages": len(self._memory),
+            "connected": self._connected,
+        }
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # ------------------------------------------------------------------ thread-safe helpers
+
+    def _on_wake(self) -> None:
+        self._wake_pending = False
+        if self._wake is not None:
+            self._wake.set()
+
+    def _request_stop(self, timeout: float) -> None:
+        def request() -> None:
+            self._stop_deadline = time.monotonic() + timeout
+            self._stopping = True
+            if self._wake is not None:
+                self._wake.set()
+
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(request)
+
+    def _drained(self) -> bool:
+        with self._mlock:
+            if self._memory or self._inflight or self._moving:
+                return False
+        return len(self.spool) == 0
+
+    def _take_memory(self) -> list[Message]:
+        """Everything in memory, counted as moving (so :meth:`flush` does not see a gap) until settled."""
+        with self._mlock:
+            out = list(self._memory)
+            self._memory.clear()
+            self._mem_bytes = 0
+            self._moving += len(out)
+        return out
+
+    def _settled(self, moved: int, give_back: Sequence[Message] = ()) -> None:
+        """``moved`` messages taken by :meth:`_take_memory` are in the spool, or ``give_back`` returns to memory."""
+        with self._mlock:
+            self._moving -= moved
+            if give_back:
+                self._memory.extendleft(reversed(give_back))
+                self._mem_bytes += sum(m.size for m in give_back)
+                self._mem_oldest = time.monotonic()
+
+    def _memory_wants_spool(self) -> bool:
+        with self._mlock:
+            if not self._memory:
+                return False
+            return (len(self._memory) > self._mem_max_n or self._mem_bytes > self._mem_max_b
+                    or time.monotonic() - self._mem_oldest > self._spool_after)
+
+    def _submit_late(self, msg: Message) -> None:
+        try:
+            self.spool.append([msg])
+            self.spooled_total += 1
+        except (OSError, RuntimeError) as exc:
+            self._memory_dropped += 1
+            log.error("message submitted after the sender stopped could not be spooled (%s); dropped", exc)
+
+    def _finish_unstarted(self) -> None:
+        with self._mlock:
+            self._finished = True
+        leftovers = self._take_memory()
+        if leftovers:
+            self.spool.append(leftovers)
+            self.spooled_total += len(leftovers)
+        self._settled(len(leftovers))
+        self._io.shutdown(wait=True)
+        if self._owns_spool:
+            self.spool.close()
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _spool_io(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, fn, *args)
+
+    async def _append(self, msgs: list[Message]) -> int | None:
+        """Append to the spool on the worker thread; returns the first seq, None if the disk failed."""
+        if not msgs:
+            return None
+        try:
+            first = await self._spool_io(self.spool.append, msgs)
+        except OSError as exc:
+            self.spool_errors_total += 1
+            log.error("spool write failed (%s): %d messages stay in memory", exc, len(msgs))
+            return None
+        self.spooled_total += len(msgs)
+        return first
+
+    async def _to_spool(self, head: Sequence[Message] = (), *, give_back_head: bool = True) -> int | None:
+        """Append ``head`` then everything in memory, in that order; the first seq, None if nothing went.
+
+        If the disk fails, memory (and ``head`` if ``give_back_head``) goes back to the head of
+        memory, so a later attempt keeps the order.
+        """
+        behind = self._take_memory()
+        first: int | None = None
+        try:
+            first = await self._append([*head, *behind])
+        finally:
+            failed = first is None and bool(head or behind)
+            self._settled(len(behind), [*(head if give_back_head else ()), *behind] if failed else ())
+        return first
+
+    async def _spool_memory(self) -> None:
+        await self._to_spool()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        settings = self.settings
+        backoff = settings.reconnect_backoff_ms / 1000.0
+        next_attempt = 0.0
+        producer: AIOKafkaProducer | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if self._stopping and (producer is None or now >= self._stop_deadline or self._drained()):
+                    break
+                if producer is None:
+                    if self._down or self._memory_wants_spool():
+                        await self._spool_memory()
+                    if now >= next_attempt:
+                        producer = await self._connecting()
+                        if producer is None:
+                            next_attempt = time.monotonic() + backoff
+                            backoff = min(backoff * 2, settings.reconnect_backoff_max_ms / 1000.0)
+                        continue
+                    await self._sleep(min(next_attempt - now, self._spool_poll))
+                    continue
+                try:
+                    outcome = await self._round(producer)
+                except (KafkaError, OSError) as exc:  # a spool read, or the producer outside a send
+                    log.warning("sender round failed: %s", exc)
+                    outcome = "failed"
+                except Exception:  # a bug must not end delivery: log it, reconnect, go on
+                    log.exception("unexpected error in the Kafka sender; reconnecting")
+                    outcome = "failed"
+                if outcome == "abandoned":
+                    break  # _shutdown closes the producer within what is left of the stop timeout
+                if outcome == "failed":
+                    self.send_errors_total += 1
+                    await self._drop_producer(producer)
+                    producer = None
+                    next_attempt = time.monotonic() + backoff
+                    backoff = min(backoff * 2, settings.reconnect_backoff_max_ms / 1000.0)
+                elif outcome == "sent":
+                    backoff = settings.reconnect_backoff_ms / 1000.0
+        finally:
+            await self._shutdown(producer)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._wake is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=max(seconds, 0.0))
+        self._wake.clear()
+
+    async def _connecting(self) -> AIOKafkaProducer | None:
+        """Connect, spooling meanwhile (a blackholed broker can take ``request_timeout_ms``)."""
+        task = asyncio.ensure_future(self._connect())
+        while not task.done():
+            await asyncio.wait({task}, timeout=POLL_S)
+            if task.done():
+                break
+            if self._stopping and time.monotonic() >= self._stop_deadline:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return None
+            if self._down or self._memory_wants_spool():
+                await self._spool_memory()
+        return task.result()
+
+    async def _connect(self) -> AIOKafkaProducer | None:
+        timeout = self.settings.request_timeout_ms / 1000.0
+        try:
+            config = self.settings.producer_config()
+        except (OSError, ssl.SSLError) as exc:
+            log.error("cannot build the Kafka client configuration: %s", exc)
+            self._down = True
+            return None
+        try:
+            producer = AIOKafkaProducer(**config)
+        except (KafkaError, ValueError, TypeError) as exc:  # e.g. a compression codec that is not installed
+            log.error("cannot create the Kafka producer: %s", exc)
+            self._down = True
+            return None
+        try:
+            await asyncio.wait_for(producer.start(), timeout)
+            await asyncio.wait_for(producer.partitions_for(self.settings.topic), timeout)
+        except (KafkaError, OSError) as exc:
+            (log.debug if self._outage_logged else log.warning)(
+                "Kafka %s unreachable (%s); spooling to %s and retrying", self.settings.bootstrap_servers,
+                str(exc) or type(exc).__name__, self.spool.directory)
+            self._outage_logged = True
+            self._down = True
+            self.send_errors_total += 1
+            self._connected = False
+            await self._close_quietly(producer)
+            return None
+        except asyncio.CancelledError:
+            await self._close_quietly(producer)
+            raise
+        self._outage_logged = False
+        self._down = False
+        if not self._connected:
+            log.info("connected to Kafka %s (topic %s); %d messages to replay from the spool",
+                     self.settings.bootstrap_servers, self.settings.topic, len(self.spool))
+        self._connected = True
+        return producer
+
+    async def _drop_producer(self, producer: AIOKafkaProducer) -> None:
+        if self._connected and not self._outage_logged:
+            self._outage_logged = True
+            log.warning("lost Kafka %s; spooling to %s until it is back", self.settings.bootstrap_servers,
+                        self.spool.directory)
+        self._connected = False
+        self._down = True
+        await self._close_quietly(producer, self.settings.request_timeout_ms / 1000.0)
+
+    @staticmethod
+    async def _close_quietly(producer: AIOKafkaProducer, timeout: float = 1.0) -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), timeout=timeout)
+        except (KafkaError, OSError) as exc:  # TimeoutError is an OSError
+            log.debug("closing the Kafka producer: %s", exc)
+
+    async def _next_round(self) -> _Round | None:
+        """The next batch: the spool's head while it holds anything, else what is in memory."""
+        if len(self.spool):
+            first, msgs = await self._spool_io(self.spool.read, self._batch_n, self._batch_b)
+            seqs = list(range(first, first + len(msgs)))
+            if self._delivered:
+                kept = [(s, m) for s, m in zip(seqs, msgs, strict=True) if s not in self._delivered]
+                seqs, msgs = [s for s, _ in kept], [m for _, m in kept]
+            if not msgs:
+                await self._commit_delivered()
+                return None
+            return _Round(msgs, seqs, from_spool=True)
+        with self._mlock:
+            msgs = []
+            size = 0
+            while self._memory and len(msgs) < self._batch_n and size < self._batch_b:
+                msg = self._memory.popleft()
+                size += msg.size
+                msgs.append(msg)
+            self._mem_bytes -= size
+            if self._memory:
+                self._mem_oldest = time.monotonic()
+            self._inflight = len(msgs)
+            if not msgs:
+                self._idle_waiting = True
+        if not msgs:
+            return None
+        return _Round(msgs, None, from_spool=False)
+
+    async def _round(self, producer: AIOKafkaProducer) -> _Outcome:
+        """Send one batch and settle it: delivered parts committed, failed parts in the spool."""
+        batch = await self._next_round()
+        if batch is None:
+            if self._idle_waiting:
+                await self._sleep(IDLE_S)
+                with self._mlock:
+                    self._idle_waiting = False
+            return "idle"
+        task = asyncio.ensure_future(self._send_all(producer, batch.msgs))
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=POLL_S)
+                if task.done():
+                    break
+                if self._stopping and time.monotonic() >= self._stop_deadline:
+                    await self._abandon(batch)
+                    return "abandoned"
+                if self._memory_wants_spool():
+                    await self._overflow(batch)
+            return await self._settle(batch, task.result())
+        except BaseException:
+            # never lose a batch taken from memory: back to the head of memory, in order
+            with self._mlock:
+                if batch.seqs is None and self._inflight:
+                    self._memory.extendleft(reversed(batch.msgs))
+                    self._mem_bytes += sum(m.size for m in batch.msgs)
+                self._inflight = 0
+            raise
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _partition_of(self, key: bytes, partitions: Sequence[int]) -> int:
+        """Kafka's default (murmur2) partition for ``key``, as the Java client and aiokafka pick it.
+
+        Hashes are cached: keys are GPU UUIDs, a handful per node, and the pure-Python murmur2
+        was a quarter of the replay's CPU time.
+        """
+        h = self._hashes.get(key)
+        if h is None:
+            if len(self._hashes) > 4096:
+                self._hashes.clear()
+            h = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
+        return partitions[h % len(partitions)]
+
+    async def _send_all(self, producer: AIOKafkaProducer, msgs: list[Message]) -> list[BaseException | None]:
+        """Send a batch; one entry per message: None if acknowledged, else the error.
+
+        Messages are packed into one record batch per partition (more when a batch is full,
+        ``max_batch_bytes``), in order, and the batches are queued a wave at a time (first
+        batch of every partition, then the second...) so the producer can put all partitions
+        in each request. A per-message rejection (a record too large for the broker) is
+        resolved by sending that batch's messages one by one.
+        """
+        topic = self.settings.topic
+        results: list[BaseException | None] = [None] * len(msgs)
+        try:
+            partitions = sorted(await producer.partitions_for(topic))
+        except (KafkaError, OSError) as exc:
+            return [exc] * len(msgs)
+        queues: dict[int, list[tuple[Any, list[int]]]] = {}
+        builders: dict[int, tuple[Any, list[int]]] = {}
+        for i, msg in enumerate(msgs):
+            p = self._partition_of(msg.key, partitions)
+            current = builders.get(p)
+            if current is None:
+                current = builders[p] = (producer.create_batch(), [])
+                queues.setdefault(p, []).append(current)
+            headers = list(msg.headers)
+            if current[0].append(key=msg.key, value=msg.value, timestamp=None, headers=headers) is None:
+                current = builders[p] = (producer.create_batch(), [])
+                queues[p].append(current)
+                if current[0].append(key=msg.key, value=msg.value, timestamp=None, headers=headers) is None:
+                    results[i] = RecordTooLargeError(f"{msg.size} bytes do not fit in an empty batch")
+                    continue
+            current[1].append(i)
+        sent: list[tuple[int, list[int], asyncio.Future[Any]]] = []
+        error: BaseException | None = None
+        for wave in itertools.zip_longest(*queues.values()):
+            for p, item in zip(queues, wave, strict=True):
+                if item is None or not item[1]:
+                    continue
+                builder, members = item
+                if error is None:
+                    try:
+                        sent.append((p, members, await producer.send_batch(builder, topic, partition=p)))
+                        continue
+                    except (KafkaError, OSError) as exc:
+                        error = exc
+                for i in members:
+                    results[i] = error
+        outcomes = await asyncio.gather(*(f for _, _, f in sent), return_exceptions=True)
+        singly: list[int] = []
+        for (_, members, _), outcome in zip(sent, outcomes, strict=True):
+            if isinstance(outcome, REJECTED) and len(members) > 1:
+                singly += members
+            elif isinstance(outcome, BaseException):
+                for i in members:
+                    results[i] = outcome
+        if singly:
+            await self._send_singly(producer, msgs, sorted(singly), partitions, results)
+        return results
+
+    async def _send_singly(self, producer: AIOKafkaProducer, msgs: list[Message], indices: list[int],
+                           partitions: Sequence[int], results: list[BaseException | None]) -> None:
+        """Resend messages of rejected batches one per request, to find the one the broker refuses."""
+        futures: list[tuple[int, asyncio.Future[Any]]] = []
+        for i in indices:
+            msg = msgs[i]
+            try:
+                futures.append((i, await producer.send(self.settings.topic, msg.value, key=msg.key,
+                                                       headers=list(msg.headers),
+                                                       partition=self._partition_of(msg.key, partitions))))
+            except (KafkaError, OSError) as exc:
+                results[i] = exc
+        outcomes = await asyncio.gather(*(f for _, f in futures), return_exceptions=True)
+        for (i, _), outcome in zip(futures, outcomes, strict=True):
+            results[i] = outcome if isinstance(outcome, BaseException) else None
+
+    async def _overflow(self, batch: _Round) -> None:
+        """Memory is over its bound or too old while a batch is in flight: spool, keeping order."""
+        if batch.seqs is None:
+            first = await self._to_spool(batch.msgs, give_back_head=False)  # the batch is still in flight
+            if first is not None:
+                batch.seqs = list(range(first, first + len(batch.msgs)))
+        else:
+            await self._to_spool()
+
+    async def _abandon(self, batch: _Round) -> None:
+        """Stop deadline reached with a batch in flight: make sure it is in the spool (it may be resent)."""
+        log.warning("stop: %d messages still in flight at the deadline; kept in the spool", len(batch.msgs))
+        if batch.seqs is None:
+            await self._to_spool(batch.msgs)
+        with self._mlock:
+            self._inflight = 0
+
+    async def _settle(self, batch: _Round, results: list[BaseException | None]) -> _Outcome:
+        failed: list[Message] = []
+        first_error: BaseException | None = None
+        delivered = 0
+        for i, (msg, error) in enumerate(zip(batch.msgs, results, strict=True)):
+            if error is None or isinstance(error, REJECTED):
+                if error is not None:
+                    self.rejected_total += 1
+                    log.error("Kafka rejected a message for key %r (%s); dropped", msg.key, error)
+                else:
+                    delivered += 1
+                if batch.seqs is not None:
+                    self._delivered.add(batch.seqs[i])
+            else:
+                first_error = first_error or error
+                failed.append(msg)
+        self.sent_total += delivered
+        if batch.from_spool:
+            self.replayed_total += delivered
+        if batch.seqs is not None:
+            await self._commit_delivered()
+        elif failed:
+            await self._to_spool(failed)  # older than anything still in memory: they go first
+        with self._mlock:
+            self._inflight = 0
+        if failed:
+            log.warning("%d of %d messages not acknowledged (%s); they wait in the spool",
+                        len(failed), len(batch.msgs), first_error or "error")
+            return "failed"
+        return "sent"
+
+    async def _commit_delivered(self) -> None:
+        """Commit the spool's head as far as it is delivered; forget seqs the bound dropped."""
+        head = self.spool.head_seq
+        end = head
+        while end in self._delivered:
+            end += 1
+        if end > head:
+            await self._spool_io(self.spool.commit_until, end)
+        head = self.spool.head_seq
+        self._delivered = {s for s in self._delivered if s >= head}
+
+    async def _shutdown(self, producer: AIOKafkaProducer | None) -> None:
+        with self._mlock:
+            self._finished = True
+        try:
+            await self._spool_memory()
+            if self._memory:  # the disk failed: nothing more can be done
+                log.error("stop: %d messages could not be spooled and are lost", len(self._memory))
+                self._memory_dropped += len(self._memory)
+            if producer is not None:
+                self._connected = False
+                remaining = max(1.0, self._stop_deadline - time.monotonic())
+                try:
+                    await asyncio.wait_for(producer.stop(), timeout=remaining)
+                except (KafkaError, OSError) as exc:
+                    log.warning("stop: closing the Kafka producer: %s", exc)
+            await self._spool_io(self.spool.sync)
+            if len(self.spool):
+                log.info("stop: %d messages (%d bytes) left in the spool %s for the next start",
+                         len(self.spool), self.spool.bytes, self.spool.directory)
+        finally:
+            if self._owns_spool:
+                await self._spool_io(self.spool.close)

@@ -1,0 +1,212 @@
+"""Column lists of the store, derived from the metric catalog.
+
+Why: the catalog (telemetry/catalog.py) is the one list of metrics. The migrations are
+frozen SQL files (a migration must never change once applied), so they spell the
+columns out; this module states what those columns must be, and a test compares a
+migrated database against it, so the schema cannot drift from the catalog. The
+writer, the plain-profile rollups and the read queries build their SQL from these
+lists, so every identifier in a statement comes from here, never from input.
+
+Rollups keep one column per metric under the metric's own column name, aggregated as
+the metric's meaning asks: gauges are averaged, counters keep their largest (latest)
+value, the clock-event bitmask keeps every reason seen (``bit_or``) and the last-XID
+gauge keeps the largest code. A few gauges whose peaks matter also keep ``<col>_max``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final, Literal
+
+from telemetry.catalog import CATALOG, Metric
+
+SqlType = Literal["bigint", "double precision"]
+RollupAgg = Literal["avg", "max", "bit_or"]
+
+#: date_bin's origin for every bucket; with an explicit UTC offset so the session's
+#: TimeZone cannot shift it. TimescaleDB's time_bucket gives the same minute and hour
+#: buckets (its default origin, 2000-01-03, is a whole number of hours away).
+ORIGIN_SQL: Final = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
+
+RAW_RETENTION: Final = timedelta(days=14)
+ROLLUP_1M_RETENTION: Final = timedelta(days=90)
+ROLLUP_1H_RETENTION: Final = timedelta(days=730)
+
+#: Gauges whose peak within a bucket is worth keeping besides the average.
+KEEP_MAX: Final = frozenset({
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_FB_USED",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class MetricColumn:
+    """One catalog metric as a column of ``gpu_samples`` and of the rollups."""
+
+    key: str
+    name: str
+    sql_type: SqlType
+    rollup: RollupAgg
+    keep_max: bool
+
+    @property
+    def rollup_type(self) -> SqlType:
+        """The rollup column's type: averages are floats, max/bit_or keep the raw type."""
+        return "double precision" if self.rollup == "avg" else self.sql_type
+
+    @property
+    def max_name(self) -> str:
+        return f"{self.name}_max"
+
+
+def _rollup_agg(metric: Metric) -> RollupAgg:
+    if metric.kind == "counter":
+        return "max"  # counters only grow: the bucket's largest value is its last
+    if metric.unit == "bitmask":
+        return "bit_or"
+    if metric.unit == "xid":
+        return "max"
+    return "avg"
+
+
+def metric_column(metric: Metric) -> MetricColumn:
+    agg = _rollup_agg(metric)
+    return MetricColumn(
+        key=metric.key,
+        name=metric.key.lower(),
+        sql_type="bigint" if metric.is_integer else "double precision",
+        rollup=agg,
+        keep_max=metric.key in KEEP_MAX and agg == "avg",
+    )
+
+
+METRIC_COLUMNS: Final[tuple[MetricColumn, ...]] = tuple(metric_column(m) for m in CATALOG)
+BY_KEY: Final[dict[str, MetricColumn]] = {c.key: c for c in METRIC_COLUMNS}
+
+#: ``gpu_samples``: name -> SQL type, in table order.
+SAMPLE_COLUMNS: Final[dict[str, str]] = {
+    "ts": "timestamp with time zone",
+    "gpu": "text",
+    "node": "text",
+    **{c.name: c.sql_type for c in METRIC_COLUMNS},
+    "extra": "jsonb",
+}
+
+PROCESS_COLUMNS: Final[dict[str, str]] = {
+    "ts": "timestamp with time zone",
+    "gpu": "text",
+    "pid": "integer",
+    "name": "text",
+    "namespace": "text",
+    "pod": "text",
+    "container": "text",
+    "service": "text",
+    "used_memory_mib": "double precision",
+    "sm_util": "double precision",
+    "mem_util": "double precision",
+}
+
+
+def _gpu_rollup_columns() -> dict[str, str]:
+    cols: dict[str, str] = {
+        "bucket": "timestamp with time zone",
+        "gpu": "text",
+        "node": "text",
+        "samples": "bigint",
+    }
+    for c in METRIC_COLUMNS:
+        cols[c.name] = c.rollup_type
+        if c.keep_max:
+            cols[c.max_name] = c.sql_type
+    return cols
+
+
+#: ``gpu_samples_1m`` and ``gpu_samples_1h`` (same columns on both profiles).
+GPU_ROLLUP_COLUMNS: Final[dict[str, str]] = _gpu_rollup_columns()
+
+PROCESS_ROLLUP_COLUMNS: Final[dict[str, str]] = {
+    "bucket": "timestamp with time zone",
+    "gpu": "text",
+    "namespace": "text",
+    "pod": "text",
+    "service": "text",
+    "samples": "bigint",
+    "sm_util": "double precision",
+    "mem_util": "double precision",
+    "used_memory_mib": "double precision",
+    "used_memory_mib_max": "double precision",
+}
+
+ROLLUP_TABLES: Final = {
+    "gpu_samples_1m": GPU_ROLLUP_COLUMNS,
+    "gpu_samples_1h": GPU_ROLLUP_COLUMNS,
+    "process_samples_1m": PROCESS_ROLLUP_COLUMNS,
+}
+
+# --------------------------------------------------------------------------------------
+# SQL fragments (identifiers from the lists above only)
+# --------------------------------------------------------------------------------------
+
+
+def _weighted_avg(col: str) -> str:
+    """The average of per-bucket averages, weighted by the buckets' sample counts."""
+    return (
+        f"(sum({col} * samples) / NULLIF(sum(CASE WHEN {col} IS NOT NULL THEN samples END), 0))"
+        "::double precision"
+    )
+
+
+def raw_aggregates() -> list[tuple[str, str]]:
+    """(column, aggregate over raw ``gpu_samples`` rows) for a 1-minute rollup row."""
+    out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "count(*)")]
+    for c in METRIC_COLUMNS:
+        if c.rollup == "avg":
+            out.append((c.name, f"avg({c.name}::double precision)"))
+        else:
+            out.append((c.name, f"{c.rollup}({c.name})"))
+        if c.keep_max:
+            out.append((c.max_name, f"max({c.name})"))
+    return out
+
+
+def rollup_aggregates() -> list[tuple[str, str]]:
+    """(column, aggregate over finer rollup rows) for a coarser rollup row (1m -> 1h)."""
+    out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "sum(samples)::bigint")]
+    for c in METRIC_COLUMNS:
+        if c.rollup == "avg":
+            out.append((c.name, _weighted_avg(c.name)))
+        else:
+            out.append((c.name, f"{c.rollup}({c.name})"))
+        if c.keep_max:
+            out.append((c.max_name, f"max({c.max_name})"))
+    return out
+
+
+def process_raw_aggregates() -> list[tuple[str, str]]:
+    """(column, aggregate over raw ``process_samples`` rows) for ``process_samples_1m``."""
+    return [
+        ("samples", "count(*)"),
+        ("sm_util", "avg(sm_util)"),
+        ("mem_util", "avg(mem_util)"),
+        ("used_memory_mib", "avg(used_memory_mib)"),
+        ("used_memory_mib_max", "max(used_memory_mib)"),
+    ]
+
+
+def series_aggregate(column: MetricColumn, source: Literal["raw", "1m", "1h"]) -> str:
+    """The aggregate that re-buckets one metric at a coarser step, from raw rows or a rollup."""
+    if source == "raw":
+        if column.rollup == "avg":
+            return f"avg({column.name}::double precision)"
+        return f"{column.rollup}({column.name})"
+    if column.rollup == "avg":
+        return _weighted_avg(column.name)
+    return f"{column.rollup}({column.name})"
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier that came from this module or from the catalog (never from input)."""
+    return '"' + name.replace('"', '""') + '"'

