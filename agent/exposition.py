@@ -194,7 +194,31 @@ class _AgentCollector(Collector):
         for kind, n in sorted(counts.items()):
             errors.add_metric([kind], n)
         yield errors
+        if a.transport_stats is not None:
+            yield from _transport_families(a.transport_stats())
         info = GaugeMetricFamily(
             "gpuwatch_agent_info", "Agent build and driver.", labels=["driver", "driver_version", "Hostname"])
         info.add_metric([a.driver.kind, a.driver_version, a.node], 1.0)
         yield info
+
+
+_TRANSPORT = {
+    "sent_total": ("gpuwatch_agent_kafka_sent", "counter", "Messages acknowledged by Kafka."),
+    "spooled_total": ("gpuwatch_agent_kafka_spooled", "counter", "Messages written to the on-disk spool."),
+    "replayed_total": ("gpuwatch_agent_kafka_replayed", "counter", "Spooled messages sent after an outage."),
+    "dropped_total": ("gpuwatch_agent_spool_dropped", "counter", "Oldest messages dropped from a full spool."),
+    "send_errors_total": ("gpuwatch_agent_kafka_send_errors", "counter", "Failed sends to Kafka."),
+    "spool_bytes": ("gpuwatch_agent_spool_bytes", "gauge", "Bytes waiting in the spool."),
+    "spool_messages": ("gpuwatch_agent_spool_messages", "gauge", "Messages waiting in the spool."),
+    "connected": ("gpuwatch_agent_kafka_connected", "gauge", "1 while the producer is connected."),
+    "frames_total": ("gpuwatch_agent_frames", "counter", "Telemetry frames encoded."),
+    "frame_bytes_total": ("gpuwatch_agent_frame_bytes", "counter", "Bytes of telemetry frames encoded."),
+}
+
+
+def _transport_families(stats: Mapping[str, float | int | bool]) -> Iterator[Metric]:
+    """The sender's and framer's counters, under Prometheus names."""
+    for key, (name, kind, help_text) in _TRANSPORT.items():
+        if key in stats:
+            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            yield family(name, help_text, value=float(stats[key]))

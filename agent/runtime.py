@@ -108,6 +108,7 @@ class Agent:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.sampler: Sampler | None = None
+        self.transport_stats: Callable[[], Mapping[str, float | int | bool]] | None = None  # set by the sender
         self._recost_at = 0.0
         self._recost_acc: dict[str, tuple[int, int]] = {}
 

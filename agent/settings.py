@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from agent.sender import KafkaSettings
 
 
 def _default_node() -> str:
@@ -36,6 +40,23 @@ class AgentSettings(BaseSettings):
         "/var/lib/kubelet/pod-resources/kubelet.sock", description="kubelet PodResources socket")
     attribution: bool = Field(True, description="map processes to pods and services")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="log level")
+    # sending to the collector (unset: /metrics only, like dcgm-exporter)
+    kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")
+    kafka_topic: str = Field("gpu.telemetry", min_length=1, description="telemetry topic")
+    kafka_compression: Literal["zstd", "lz4", "gzip", "none"] = Field("zstd", description="batch compression")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka security protocol")
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle of the brokers")
+    kafka_ssl_certfile: Path | None = Field(None, description="client certificate (mutual TLS)")
+    kafka_ssl_keyfile: Path | None = Field(None, description="client key (mutual TLS)")
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = Field(None, description="prefer kafka_sasl_password_file")
+    kafka_sasl_password_file: Path | None = Field(None, description="file holding the SASL password")
+    spool_dir: Path = Field(Path("/var/lib/gpuwatch/spool"), description="on-disk spool while Kafka is down")
+    spool_max_mb: int = Field(512, ge=1, le=1 << 20, description="spool bound; the oldest frames go first")
+    frame_window: int = Field(10, ge=1, le=3600, description="records per frame at most")
+    frame_max_delay: float = Field(1.0, gt=0, le=60, description="seconds a record may wait for its frame")
 
     @model_validator(mode="after")
     def _ordered(self) -> AgentSettings:
@@ -43,6 +64,22 @@ class AgentSettings(BaseSettings):
             raise ValueError(
                 f"interval_ceiling ({self.interval_ceiling}) must be >= interval_floor ({self.interval_floor})")
         return self
+
+
+    def kafka(self) -> KafkaSettings | None:
+        """The sender's settings (agent.sender.KafkaSettings) from these, or None when not sending."""
+        if not self.kafka_bootstrap:
+            return None
+        from agent.sender import KafkaSettings
+
+        return KafkaSettings(
+            bootstrap_servers=self.kafka_bootstrap, topic=self.kafka_topic,
+            client_id=f"gpuwatch-agent-{self.node_name}",
+            compression=self.kafka_compression, security_protocol=self.kafka_security_protocol,
+            ssl_cafile=self.kafka_ssl_cafile, ssl_certfile=self.kafka_ssl_certfile, ssl_keyfile=self.kafka_ssl_keyfile,
+            sasl_mechanism=self.kafka_sasl_mechanism, sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password, sasl_password_file=self.kafka_sasl_password_file,
+        )
 
 
 class SettingsError(ValueError):

@@ -30,6 +30,10 @@ def register(subparsers: Any) -> None:
     add_agent_flags(p)
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="port of /metrics (default 9400)")
     p.add_argument("--metrics-host", help="address of /metrics (default 0.0.0.0)")
+    p.add_argument("--kafka-bootstrap", help="send frames to this Kafka (default: don't send, /metrics only)")
+    p.add_argument("--kafka-topic", help="telemetry topic (default gpu.telemetry)")
+    p.add_argument("--spool-dir", help="on-disk spool while Kafka is down (default /var/lib/gpuwatch/spool)")
+    p.add_argument("--spool-max-mb", type=int, help="spool bound in MiB (default 512)")
     p.set_defaults(func=run)
 
 
@@ -111,12 +115,39 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         agent.stop()
         return 1
+    pipeline = start_sending(agent, settings)
     agent.start()
     server.start()
     kind = "simulated" if settings.simulate else "NVML"
+    sending = f"; sending to {settings.kafka_topic} at {settings.kafka_bootstrap}" if pipeline else ""
     print(f"gpuwatch agent: {len(agent.targets)} {kind} GPU targets on {settings.node_name}; "
-          f"metrics on http://{settings.metrics_host}:{server.port}/metrics", flush=True)
+          f"metrics on http://{settings.metrics_host}:{server.port}/metrics{sending}", flush=True)
     wait_for_signal()
     server.stop()
-    agent.stop()
+    agent.stop()  # sampling first, then the frames it made, then the sender (which spools what it cannot send)
+    if pipeline is not None:
+        framer, sender = pipeline
+        framer.stop()
+        sender.stop(10.0)
     return 0
+
+
+def start_sending(agent: Any, settings: Any) -> tuple[Any, Any] | None:
+    """Frames to Kafka through the spool, when a bootstrap server is configured."""
+    kafka = settings.kafka()
+    if kafka is None:
+        return None
+    from agent.framing import Framer
+    from agent.sender import Sender
+    from agent.spool import Spool
+
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # it logs an ERROR per reconnect attempt
+    sender = Sender(kafka, Spool(settings.spool_dir, max_bytes=settings.spool_max_mb << 20))
+    framer = Framer(sender.submit, window=settings.frame_window, max_delay_s=settings.frame_max_delay)
+    agent.record_sinks.append(framer.add)
+    agent.event_sinks.append(framer.add_event)
+    agent.transport_stats = lambda: {**sender.stats(), "frames_total": framer.frames_total,
+                                     "frame_bytes_total": framer.frame_bytes_total}
+    sender.start()
+    framer.start()
+    return framer, sender

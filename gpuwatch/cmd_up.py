@@ -77,7 +77,7 @@ async def serve(args: argparse.Namespace) -> int:
     from collector.ingest import Inbound, Ingestor
     from collector.store import Store, validate
     from gpuwatch.cmd_agent import build_agent
-    from gpuwatch.embedded_pg import EmbeddedPgError, PgServer, open_cluster
+    from gpuwatch.embedded_pg import EmbeddedPgError, PgServer, cluster_dir, open_cluster
     from gpuwatch.inprocess import InProcessTransport
 
     if args.simulate is None:
@@ -100,8 +100,12 @@ async def serve(args: argparse.Namespace) -> int:
         where = "the PostgreSQL given with --db"
     else:
         data_dir = (args.data_dir or default_data_dir()).expanduser()
+        pg_dir = cluster_dir(data_dir / "postgres")
+        if pg_dir != data_dir / "postgres":
+            print(f"gpuwatch up: running as root, PostgreSQL runs as an unprivileged user that cannot reach "
+                  f"{data_dir}; its data goes to {pg_dir}", file=sys.stderr)
         try:
-            pg = open_cluster(data_dir / "postgres")
+            pg = open_cluster(pg_dir)
         except EmbeddedPgError as exc:
             print(f"gpuwatch up: the embedded PostgreSQL did not start: {exc}", file=sys.stderr)
             return 1

@@ -140,8 +140,29 @@ class PgServer:
         self.start()
 
 
+ROOT_FALLBACK = Path("/var/lib/gpuwatch/postgres")
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user other than the owner can traverse every directory above ``path``."""
+    existing = [parent for parent in path.resolve().parents if parent.exists()]  # the rest we create 0755
+    return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in existing)
+
+
+def cluster_dir(wanted: Path) -> Path:
+    """Where the cluster can live: ``wanted``, unless we are root and the unprivileged server
+    user could not reach it (root's home is 0700), in which case /var/lib/gpuwatch/postgres."""
+    if os.geteuid() == 0 and not _reachable_by_others(wanted):
+        return ROOT_FALLBACK
+    return wanted
+
+
 def open_cluster(root: Path, settings: dict[str, str] | None = None, attempts: int = 3) -> PgServer:
-    """Start the cluster in ``root`` (initialising it the first time) on a free loopback port."""
+    """Start the cluster in ``root`` (initialising it the first time) on a free loopback port.
+
+    Under root the server runs as an unprivileged user; pass ``cluster_dir(root)`` so that
+    user can reach the directory.
+    """
     bindir, user = find_bindir()
     root.mkdir(parents=True, exist_ok=True)
     run_as: str | None = None

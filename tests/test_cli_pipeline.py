@@ -1,0 +1,97 @@
+"""The commands as an operator runs them: `gpuwatch agent` -> Kafka -> `gpuwatch collector`, and `gpuwatch up`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from tests.fixtures_kafka import create_topic
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _count(dsn: str, table: str = "gpu_samples") -> int:
+    async def run() -> int:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))  # table: a constant of this test
+        finally:
+            await conn.close()
+
+    try:
+        return asyncio.run(run())
+    except (asyncpg.UndefinedTableError, OSError):
+        return 0
+
+
+def _gpuwatch(*args: str, log: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "gpuwatch", *args], stdout=subprocess.PIPE,
+                            stderr=log.open("w"), text=True, env=ENV)
+
+
+def test_agent_sends_to_kafka_and_the_collector_stores(kafka_broker: Any, pg_db: str, tmp_path: Path) -> None:
+    broker = kafka_broker()
+    create_topic(broker.bootstrap, "gpu.telemetry", partitions=2)
+    collector = _gpuwatch("collector", "--db", pg_db, "--kafka-bootstrap", broker.bootstrap, log=tmp_path / "c.log")
+    agent = _gpuwatch("agent", "--simulate", "2", "--metrics-port", "0", "--metrics-host", "127.0.0.1",
+                      "--kafka-bootstrap", broker.bootstrap, "--spool-dir", str(tmp_path / "spool"),
+                      "--log-level", "WARNING", log=tmp_path / "a.log")
+    try:
+        assert agent.stdout is not None
+        banner = agent.stdout.readline()
+        assert "sending to gpu.telemetry" in banner, banner
+        deadline = time.monotonic() + 60
+        while _count(pg_db) < 10:
+            assert time.monotonic() < deadline, (tmp_path / "c.log").read_text()[-3000:]
+            time.sleep(0.5)
+        import urllib.request
+
+        url = banner.split("metrics on ", 1)[1].split(";", 1)[0]
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        assert "gpuwatch_agent_kafka_sent_total" in text and "gpuwatch_agent_kafka_connected 1.0" in text
+    finally:
+        for proc in (agent, collector):
+            proc.send_signal(signal.SIGTERM)
+        assert agent.wait(30) == 0
+        assert collector.wait(30) == 0
+    assert _count(pg_db, "process_samples") > 0
+    assert _count(pg_db, "gpu_inventory") == 2
+
+
+def test_up_with_a_given_database(pg_db: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "up", "--simulate", "3", "--db", pg_db, "--metrics-port", "0",
+         "--duration", "5", "--log-level", "WARNING"],
+        capture_output=True, text=True, timeout=120, env=ENV,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "metrics:  http://127.0.0.1:" in proc.stdout
+    stored = int(proc.stdout.split("stopped; ", 1)[1].split(" records", 1)[0])
+    assert stored > 0 and _count(pg_db) == stored
+    assert "0 dead-lettered" in proc.stdout
+
+
+def test_up_starts_its_own_postgresql_and_says_it_simulates(tmp_path: Path) -> None:
+    env = {**ENV, "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "up", "--data-dir", str(tmp_path / "gw"), "--metrics-port", "0",
+         "--duration", "4", "--log-level", "WARNING"],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "using 8 simulated GPUs" in proc.stderr  # no NVML on CI machines
+    assert "embedded PostgreSQL in" in proc.stdout
+    where = Path(proc.stdout.split("embedded PostgreSQL in ", 1)[1].split(" (", 1)[0])
+    assert (where / "data" / "PG_VERSION").exists()
+    if where != tmp_path / "gw" / "postgres":  # root, and pytest's tmp dir is 0700
+        assert os.geteuid() == 0 and "cannot reach" in proc.stderr
