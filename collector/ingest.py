@@ -78,6 +78,9 @@ class BatchResult:
     newest_ts: float | None = None
 
 
+Prepared = tuple[BatchResult, list[GpuRecord], list[EventRecord], list[tuple[Inbound, str]]]
+
+
 @dataclass(slots=True)
 class Ingestor:
     store: RecordStore
@@ -88,11 +91,14 @@ class Ingestor:
     # deltas are expected after a rewind and are skipped rather than dead-lettered
     stored_below: dict[int, int] = field(default_factory=dict)
     _streams: dict[tuple[int, str], _GpuStream] = field(default_factory=dict)
+    # the decoded form of a batch whose write failed, reused when the caller retries it
+    _prepared: tuple[tuple[int, int, int, int], Prepared] | None = None
 
     def reset_partition(self, partition: int, stored_below: int | None) -> None:
         """Forget decoder state of a partition (before a rewind or after a revoke)."""
         for key in [k for k in self._streams if k[0] == partition]:
             del self._streams[key]
+        self._prepared = None
         if stored_below is None:
             self.stored_below.pop(partition, None)
         else:
@@ -109,13 +115,38 @@ class Ingestor:
         return out
 
     async def handle(self, batch: Sequence[Inbound]) -> BatchResult:
-        """Decode, validate and store a batch; raises only if the store fails (nothing is lost:
-        the caller retries the same batch, decoders are rolled back to their state before it)."""
+        """Decode, validate and store a batch; raises only if the store fails.
+
+        Nothing is lost then: the caller retries the *same* batch, and the retry reuses what
+        this call decoded (decoders have moved past these frames; decoding them again would
+        find delta frames without their base).
+        """
+        key = (len(batch), batch[0].partition, batch[0].offset, batch[-1].offset) if batch else (0, 0, 0, 0)
+        if self._prepared is not None and self._prepared[0] == key:
+            result, records, events, dead = self._prepared[1]
+        else:
+            result, records, events, dead = self._prepare(batch)
+        try:
+            result.written = await self.store.write(records, events)
+        except BaseException:
+            self._prepared = (key, (result, records, events, dead))
+            raise
+        self._prepared = None
+        for msg, reason in dead:
+            await self.dead_letter(msg, reason)
+            self.counters["dead_lettered"] += 1
+        result.records, result.events, result.dead = len(records), len(events), len(dead)
+        result.newest_ts = max((r.ts for r in records), default=None)
+        self.counters["records"] += len(records)
+        self.counters["events"] += len(events)
+        self.counters["frames_skipped"] += result.skipped
+        return result
+
+    def _prepare(self, batch: Sequence[Inbound]) -> Prepared:
         result = BatchResult()
         records: list[GpuRecord] = []
         events: list[EventRecord] = []
         dead: list[tuple[Inbound, str]] = []
-        snapshot = {k: (s.keyframe_offset, s.last_offset) for k, s in self._streams.items()}
         for msg in batch:
             kind = msg.header("type")
             if kind == b"frame" or kind is None:
@@ -127,27 +158,7 @@ class Ingestor:
                     dead.append((msg, f"bad event: {exc}"))
             else:
                 dead.append((msg, f"unknown message type {kind!r}"))
-        try:
-            result.written = await self.store.write(records, events)
-        except BaseException:
-            self._rollback(snapshot)
-            raise
-        for msg, reason in dead:
-            await self.dead_letter(msg, reason)
-            self.counters["dead_lettered"] += 1
-        result.records, result.events, result.dead = len(records), len(events), len(dead)
-        result.newest_ts = max((r.ts for r in records), default=None)
-        self.counters["records"] += len(records)
-        self.counters["events"] += len(events)
-        self.counters["frames_skipped"] += result.skipped
-        return result
-
-    def _rollback(self, snapshot: dict[tuple[int, str], tuple[int | None, int]]) -> None:
-        # Decoder state cannot be rolled back cheaply; drop streams touched by the batch so
-        # the retry rebuilds them from a keyframe (the caller rewinds to resume_offsets()).
-        for key, stream in list(self._streams.items()):
-            if snapshot.get(key) != (stream.keyframe_offset, stream.last_offset):
-                del self._streams[key]
+        return result, records, events, dead
 
     def _frame(self, msg: Inbound, records: list[GpuRecord], dead: list[tuple[Inbound, str]],
                result: BatchResult) -> None:
