@@ -58,6 +58,10 @@ def _validate_noop(_record: GpuRecord) -> None:
     return None
 
 
+def _validate_event_noop(_event: EventRecord) -> None:
+    return None
+
+
 DeadLetter = Callable[[Inbound, str], Awaitable[None]]
 
 
@@ -78,7 +82,9 @@ class BatchResult:
     newest_ts: float | None = None
 
 
-Prepared = tuple[BatchResult, list[GpuRecord], list[EventRecord], list[tuple[Inbound, str]]]
+Frames = list[tuple[Inbound, list[GpuRecord]]]
+Events = list[tuple[Inbound, EventRecord]]
+Prepared = tuple[BatchResult, Frames, Events, list[tuple[Inbound, str]]]
 
 
 @dataclass(slots=True)
@@ -86,6 +92,7 @@ class Ingestor:
     store: RecordStore
     dead_letter: DeadLetter
     validate: Callable[[GpuRecord], None] = _validate_noop
+    validate_event: Callable[[EventRecord], None] = _validate_event_noop
     counters: Counter[str] = field(default_factory=Counter)
     # offsets already stored per partition (from the last commit): below them, undecodable
     # deltas are expected after a rewind and are skipped rather than dead-lettered
@@ -123,13 +130,21 @@ class Ingestor:
         """
         key = (len(batch), batch[0].partition, batch[0].offset, batch[-1].offset) if batch else (0, 0, 0, 0)
         if self._prepared is not None and self._prepared[0] == key:
-            result, records, events, dead = self._prepared[1]
+            result, frames, events, dead = self._prepared[1]
         else:
-            result, records, events, dead = self._prepare(batch)
+            result, frames, events, dead = self._prepare(batch)
         try:
-            result.written = await self.store.write(records, events)
+            try:
+                records = [r for _, decoded in frames for r in decoded]
+                result.written = await self.store.write(records, [e for _, e in events])
+            except ValueError:
+                # The store refused a record before touching the database (it validates each
+                # one anyway, so the happy path validates once); find the frames to set aside.
+                frames, events = self._drop_invalid(frames, events, dead)
+                records = [r for _, decoded in frames for r in decoded]
+                result.written = await self.store.write(records, [e for _, e in events])
         except BaseException:
-            self._prepared = (key, (result, records, events, dead))
+            self._prepared = (key, (result, frames, events, dead))
             raise
         self._prepared = None
         for msg, reason in dead:
@@ -142,26 +157,45 @@ class Ingestor:
         self.counters["frames_skipped"] += result.skipped
         return result
 
+    def _drop_invalid(self, frames: Frames, events: Events, dead: list[tuple[Inbound, str]]) -> tuple[Frames, Events]:
+        good_frames: Frames = []
+        for msg, decoded in frames:
+            try:
+                for record in decoded:
+                    self.validate(record)
+            except ValueError as exc:
+                dead.append((msg, f"invalid record: {exc}"))
+                continue
+            good_frames.append((msg, decoded))
+        good_events: Events = []
+        for msg, event in events:
+            try:
+                self.validate_event(event)
+            except ValueError as exc:
+                dead.append((msg, f"invalid event: {exc}"))
+                continue
+            good_events.append((msg, event))
+        return good_frames, good_events
+
     def _prepare(self, batch: Sequence[Inbound]) -> Prepared:
         result = BatchResult()
-        records: list[GpuRecord] = []
-        events: list[EventRecord] = []
+        frames: Frames = []
+        events: Events = []
         dead: list[tuple[Inbound, str]] = []
         for msg in batch:
             kind = msg.header("type")
             if kind == b"frame" or kind is None:
-                self._frame(msg, records, dead, result)
+                self._frame(msg, frames, dead, result)
             elif kind == b"event":
                 try:
-                    events.append(_parse_event(msg.value))
+                    events.append((msg, _parse_event(msg.value)))
                 except ValueError as exc:
                     dead.append((msg, f"bad event: {exc}"))
             else:
                 dead.append((msg, f"unknown message type {kind!r}"))
-        return result, records, events, dead
+        return result, frames, events, dead
 
-    def _frame(self, msg: Inbound, records: list[GpuRecord], dead: list[tuple[Inbound, str]],
-               result: BatchResult) -> None:
+    def _frame(self, msg: Inbound, frames: Frames, dead: list[tuple[Inbound, str]], result: BatchResult) -> None:
         try:
             header = peek_header(msg.value)
         except FrameError as exc:
@@ -189,16 +223,10 @@ class Ingestor:
         except FrameError as exc:
             dead.append((msg, f"undecodable frame: {exc}"))
             return
-        for record in decoded:
-            try:
-                self.validate(record)
-            except ValueError as exc:
-                dead.append((msg, f"invalid record: {exc}"))
-                return
         stream.last_offset = msg.offset
         if header.keyframe:
             stream.keyframe_offset = msg.offset
-        records.extend(decoded)
+        frames.append((msg, decoded))
 
 
 def _parse_event(value: bytes) -> EventRecord:

@@ -28,10 +28,10 @@ async def serve(settings: Any) -> None:
     from collector import positions
     from collector.consumer import KafkaIngest
     from collector.ingest import Ingestor
-    from collector.store import Store, validate
+    from collector.store import Store, validate, validate_event
 
     store = await Store.open(settings.dsn(), profile=settings.db_profile)
-    ingestor = Ingestor(store, dead_letter=_unset_dead_letter, validate=validate)
+    ingestor = Ingestor(store, dead_letter=_unset_dead_letter, validate=validate, validate_event=validate_event)
     consumer = KafkaIngest(
         ingestor, settings.kafka_bootstrap, settings.kafka_topic, settings.kafka_group,
         load_positions=lambda topic: positions.load(store.pool, topic),

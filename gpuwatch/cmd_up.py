@@ -75,7 +75,7 @@ async def serve(args: argparse.Namespace) -> int:
     from agent.settings import AgentSettings, SettingsError, load
     from collector.consumer import DB_UNAVAILABLE
     from collector.ingest import Inbound, Ingestor
-    from collector.store import Store, validate
+    from collector.store import Store, validate, validate_event
     from gpuwatch.cmd_agent import build_agent
     from gpuwatch.embedded_pg import EmbeddedPgError, PgServer, cluster_dir, open_cluster
     from gpuwatch.inprocess import InProcessTransport
@@ -119,7 +119,7 @@ async def serve(args: argparse.Namespace) -> int:
         dead.append((msg, reason))
         log.warning("dead-lettered message %d: %s", msg.offset, reason)
 
-    ingestor = Ingestor(store, dead_letter, validate)
+    ingestor = Ingestor(store, dead_letter, validate, validate_event)
     loop = asyncio.get_running_loop()
     transport = InProcessTransport(loop)
     agent = build_agent(settings)

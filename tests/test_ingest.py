@@ -85,3 +85,34 @@ def test_garbage_duplicates_and_bad_events_are_handled_without_blocking() -> Non
     assert dead[0].startswith("undecodable frame") and dead[1].startswith("bad event")
     assert "unknown message type" in dead[2]
     assert ingestor.counters["duplicate_frames"] == 1
+
+
+class ValidatingStore(FlakyStore):
+    """Refuses a whole batch (before any write) if one record is bad, as Store.write does."""
+
+    async def write(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> None:
+        if any(r.metrics.get("DCGM_FI_DEV_GPU_TEMP") == -999 for r in records):
+            raise ValueError("DCGM_FI_DEV_GPU_TEMP out of range")
+        await super().write(records, events)
+
+
+def test_a_frame_the_store_refuses_is_dead_lettered_and_the_rest_stored() -> None:
+    records = list(generate_trace(gpus=2, seconds=4))
+    records[1].metrics["DCGM_FI_DEV_GPU_TEMP"] = -999  # one bad record, in one GPU's frame
+
+    def check(record: GpuRecord) -> None:
+        if record.metrics.get("DCGM_FI_DEV_GPU_TEMP") == -999:
+            raise ValueError("DCGM_FI_DEV_GPU_TEMP out of range")
+
+    by_gpu: dict[str, list[GpuRecord]] = {}
+    for r in records:
+        by_gpu.setdefault(r.gpu, []).append(r)
+    msgs = [Inbound(0, i, gpu.encode(), FrameEncoder().encode(rs), FRAME) for i, (gpu, rs) in enumerate(by_gpu.items())]
+    store, dead = ValidatingStore(), []  # type: ignore[var-annotated]
+    ingestor = _ingestor(store, dead)
+    ingestor.validate = check
+    asyncio.run(ingestor.handle(msgs))
+    assert len(dead) == 1 and dead[0].startswith("invalid record")
+    assert records[0].gpu != records[1].gpu  # generate_trace interleaves the GPUs
+    assert {r.gpu for r in store.rows} == {records[0].gpu}
+    assert len(store.rows) == len(by_gpu[records[0].gpu])
