@@ -27,24 +27,38 @@ the same PostgreSQL measured in the same run.
   :func:`collector.store.writer.write_batch` SQL on a freshly migrated database:
   staging COPY + INSERT .. ON CONFLICT of samples and processes, inventory upsert,
   rollup marks: the database side of the pipeline with no Kafka and no decoding).
+* The collector's stages are then timed one at a time in this process, without a profiler
+  (Kafka fetch, frame decode, validate, prepare: CPU µs per GPU-sample), next to the CPU
+  the collector and PostgreSQL used per GPU-sample during the run.
 * ``--profile PATH`` runs the collector under cProfile and prints its hot spots (the
   throughput of such a run is not a benchmark figure: cProfile slows Python code).
 
 ``freshness``: PostgreSQL + tansu + one collector; a producer process (the agents) with
 ``--gpus`` simulated GPUs sampled at ``--hz``, on wall-clock time, spread over nodes of 8
 GPUs with their own sampling phase; every record goes through the agent's real
-:class:`agent.framing.Framer` (window 10, max_delay 1 s: the agent's defaults) and
-:class:`agent.sender.Sender` (the agent's default KafkaSettings). A poller in this
-process asks PostgreSQL every ``--poll-ms`` for each tracked GPU's newest stored ts; a
-single collector stores each GPU's frames in order, one transaction per batch, so a row
-(gpu, ts) became visible at the first poll whose newest ts for that GPU is >= ts.
-Freshness = that poll's start time - ts (resolution: the poll period).
+:class:`agent.framing.Framer` (one per node; window 10, max_delay 1 s: the agent's
+defaults) and :class:`agent.sender.Sender` (the agent's default KafkaSettings). Encoding
+2,000 GPUs' frames live costs this 2-core machine more than half a core, so
+``--prerendered`` moves it off the clock: frames are encoded before the run on its future
+timestamps, in the windows the Framer makes at that rate, and handed to the Sender at the
+moment the Framer would (agents on their own machines). A poller in this process asks
+PostgreSQL every ``--poll-ms`` for each tracked GPU's newest stored ts; a single collector
+stores each GPU's frames in order, one transaction per batch, so a row (gpu, ts) became
+visible at the first poll whose newest ts for that GPU is >= ts. Freshness = that poll's
+start time - ts (resolution: the poll period), split into the time in the Framer and the
+rest. ``--fetch-max-wait-ms`` runs the collector with another consumer fetch wait (an
+experiment; the code is not changed).
+
+Other processes on this machine are not ours to stop: each run first waits (up to
+``--wait-quiet`` s) for the CPU to be quiet and reports what other processes used.
 
     python benchmarks/bench_pipeline.py ingest --json docs/bench-runs/pipeline-ingest.json
     python benchmarks/bench_pipeline.py ingest --synchronous-commit off \
         --json docs/bench-runs/pipeline-ingest-async.json
     python benchmarks/bench_pipeline.py ingest --seconds 120 --profile /tmp/collector.prof
     python benchmarks/bench_pipeline.py freshness --gpus 500 --hz 4 --json docs/bench-runs/pipeline-freshness.json
+    python benchmarks/bench_pipeline.py freshness --gpus 2000 --hz 1 --prerendered \
+        --json docs/bench-runs/pipeline-freshness-2000x1hz-prerendered.json
 """
 
 from __future__ import annotations
@@ -139,6 +153,31 @@ def _wait_quiet(max_wait: float, busy_below: float = 0.25) -> dict[str, Any]:
             break
         print(f"  the machine is busy ({busy:.2f} cores used by others); waiting ...", flush=True)
     return {"busy_cores_before_start": round(busy, 3), "waited_s": round(time.monotonic() - t0, 1)}
+
+
+def _shipped_fetch_wait() -> str:
+    """The collector consumer's fetch_max_wait_ms as the code in this tree sets it."""
+    import re
+
+    text = (ROOT / "collector" / "consumer.py").read_text()
+    m = re.search(r"fetch_max_wait_ms\s*=\s*(\d+)", text)
+    return f"{m.group(1)} (as shipped)" if m else "500 (aiokafka default, as shipped)"
+
+
+def _code_state() -> dict[str, Any]:
+    """Commit and locally modified files of the code under test (others edit this tree too)."""
+    def git(*cmd: str) -> str:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
+        return ""
+
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "agent", "collector", "telemetry",
+                                      "gpuwatch").splitlines()]
+    commit = git("rev-parse", "HEAD").strip()
+    if not commit and (ROOT / ".code-commit").is_file():  # an export (git archive) of a commit
+        return {"commit": (ROOT / ".code-commit").read_text().strip(), "modified_files": [],
+                "note": "run from a clean export of this commit"}
+    return {"commit": commit, "modified_files": dirty}
 
 
 def _port_open(port: int) -> bool:
@@ -535,7 +574,9 @@ class Progress:
 # ======================================================================================
 
 
-def _ceiling_rows(fleet: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, tuple]]:
+def _ceiling_rows(
+    fleet: dict[str, Any],
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
     """The same sample (and process) rows the collector stores, as the writer prepares them, in produce order."""
     from collector.store.writer import prepare
 
@@ -548,7 +589,7 @@ def _ceiling_rows(fleet: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[tu
         base_rows.append(per)
     samples: list[tuple[Any, ...]] = []
     processes: list[tuple[Any, ...]] = []
-    inventory: dict[str, tuple] = {}
+    inventory: dict[str, tuple[Any, ...]] = {}
     clones: list[Clone] = fleet["clones"]
     length = max(len(s) for s in fleet["streams"])
     deltas = {c.k: timedelta(seconds=c.phase) for c in clones}
@@ -663,7 +704,7 @@ async def measure_ceilings(dsn_base: Any, fleet: dict[str, Any], batch_rows: int
             timed = _TimedConn(conn)
             t = time.perf_counter()
             for b in batches:
-                await write_batch(timed, b, profile=store.profile)  # type: ignore[arg-type]
+                await write_batch(timed, b, profile=store.profile)
             dt = time.perf_counter() - t
             n = await conn.fetchval("SELECT count(*) FROM gpu_samples")
         assert n == len(samples), (n, len(samples))
@@ -889,6 +930,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
             "bench": "pipeline ingest",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": _machine(),
+            "code": _code_state(),
             "parameters": {"gpus": args.gpus, "seconds": args.seconds, "sample_hz": 1.0, "window": args.window,
                            "keyframe_every": KEYFRAME_EVERY, "base_fleets": args.base_fleets,
                            "base_gpus_per_fleet": BASE_GPUS, "partitions": args.partitions,
@@ -975,17 +1017,20 @@ def _print_ingest(r: dict[str, Any]) -> None:
     print(f"\nTargets: >= 20,000 GPU-samples/s: {'MET' if t['gpu_samples_per_s_met'] else 'NOT MET'}; "
           f">= 60% of raw COPY: {'MET' if t['ratio_to_raw_copy_met'] else 'NOT MET'}")
     if "profile" in r:
-        prof = r["profile"]
-        print(f"\n### Collector profile (cProfile, {prof['total_s']} s of profiled time)\n")
-        print(_table(["function (self time)", "self s", "share", "cum s", "calls"],
-                     [(x["fn"], x["self_s"], f"{x['self_share']:.1%}", x["cum_s"], x["calls"])
-                      for x in prof["self_time"][:25]]))
-        print()
-        print(_table(["function (cumulative)", "cum s", "share", "calls"],
-                     [(x["fn"], x["cum_s"], f"{x['cum_share']:.1%}", x["calls"]) for x in prof["cumulative"][:40]]))
-        print()
-        print(_table(["module (self time)", "self s", "share"],
-                     [(k, v["self_s"], f"{v['share']:.1%}") for k, v in prof["per_file_self"].items()]))
+        _print_profile(r["profile"])
+
+
+def _print_profile(prof: dict[str, Any]) -> None:
+    print(f"\n### Collector profile (cProfile, {prof['total_s']} s of profiled time)\n")
+    print(_table(["function (self time)", "self s", "share", "cum s", "calls"],
+                 [(x["fn"], x["self_s"], f"{x['self_share']:.1%}", x["cum_s"], x["calls"])
+                  for x in prof["self_time"][:25]]))
+    print()
+    print(_table(["function (cumulative)", "cum s", "share", "calls"],
+                 [(x["fn"], x["cum_s"], f"{x['cum_share']:.1%}", x["calls"]) for x in prof["cumulative"][:40]]))
+    print()
+    print(_table(["module (self time)", "self s", "share"],
+                 [(k, v["self_s"], f"{v['share']:.1%}") for k, v in prof["per_file_self"].items()]))
 
 
 # ======================================================================================
@@ -1203,7 +1248,7 @@ async def _freshness(args: argparse.Namespace) -> dict[str, Any]:
         infra.start_pg()
         infra.start_tansu()
         await infra.create_topics()
-        infra.start_collector(args.max_batch, fetch_max_wait_ms=args.fetch_max_wait_ms)
+        infra.start_collector(args.max_batch, args.profile, fetch_max_wait_ms=args.fetch_max_wait_ms)
         clones = _clones(args.gpus, BASE_GPUS * args.base_fleets)
         step = max(1, args.gpus // args.track_gpus)
         tracked = [c.gpu for c in clones[::step]][:args.track_gpus]
@@ -1288,6 +1333,10 @@ async def _freshness(args: argparse.Namespace) -> dict[str, Any]:
         if producer.returncode != 0:
             raise RuntimeError(f"the producer exited with {producer.returncode}")
         prod = json.loads(out_path.read_text())
+        profile = None
+        if args.profile:
+            infra.stop_collector()
+            profile = _profile_report(args.profile)
         stored = await conn.fetch("SELECT gpu, extract(epoch FROM ts)::float8 AS t FROM gpu_samples "
                                   "WHERE gpu = ANY($1::text[])", tracked)
         total_rows = await conn.fetchval("SELECT count(*) FROM gpu_samples")
@@ -1327,15 +1376,17 @@ async def _freshness(args: argparse.Namespace) -> dict[str, Any]:
             "bench": "pipeline freshness",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": _machine(),
+            "code": _code_state(),
             "parameters": {"gpus": args.gpus, "hz": args.hz, "seconds": args.seconds, "warmup_s": args.warmup,
                            "window": args.window, "max_delay_s": args.max_delay, "framer_tick_s":
                            max(0.05, args.max_delay / 4), "sender": "agent.sender.Sender, default KafkaSettings "
                            "(linger 20 ms, zstd)", "nodes": (args.gpus + BASE_GPUS - 1) // BASE_GPUS,
                            "partitions": args.partitions, "collector_max_batch": args.max_batch,
-                           "collector_fetch_max_wait_ms": args.fetch_max_wait_ms or "500 (aiokafka default)",
+                           "collector_fetch_max_wait_ms": args.fetch_max_wait_ms or _shipped_fetch_wait(),
                            "framers": ("pre-rendered frames, emitted on the Framer's schedule" if args.prerendered
                                        else "one per node, one shared Sender"),
-                           "prerendered": args.prerendered, "poll_ms": args.poll_ms, "tracked_gpus": len(tracked),
+                           "prerendered": args.prerendered, "poll_ms": args.poll_ms,
+                           "collector_profiled": bool(args.profile), "tracked_gpus": len(tracked),
                            "synchronous_commit": args.synchronous_commit, "broker": "tansu, memory:// storage"},
             "postgresql": {"settings_requested": {**PG_SETTINGS, "synchronous_commit": args.synchronous_commit},
                            "settings": settings},
@@ -1359,6 +1410,7 @@ async def _freshness(args: argparse.Namespace) -> dict[str, Any]:
                                "frames": len(after_framer)},
             "cpu": cpu,
             "targets": {"p99_max_s": 2.0, "p99_met": summary["p99"] < 2.0},
+            **({"profile": profile} if profile else {}),
         }
     finally:
         _stop_process(producer, timeout=10)
@@ -1399,6 +1451,8 @@ def _print_freshness(r: dict[str, Any]) -> None:
           f"p99 {r['poll_cost_s']['p99'] * 1000:.1f} ms.\n")
     print(_cpu_table(r["cpu"]))
     print(f"\nTarget p99 < 2 s: {'MET' if r['targets']['p99_met'] else 'NOT MET'}")
+    if "profile" in r:
+        _print_profile(r["profile"])
 
 
 # ======================================================================================
@@ -1419,14 +1473,14 @@ def _collector_main(argv: list[str]) -> int:
     import collector.consumer as consumer_mod
     from gpuwatch.cli import main as gpuwatch_main
 
-    base = consumer_mod.AIOKafkaConsumer
+    base: Any = vars(consumer_mod)["AIOKafkaConsumer"]  # not in its __all__
 
-    class Consumer(base):  # type: ignore[misc, valid-type]
+    class Consumer(base):  # type: ignore[misc]
         def __init__(self, *a: Any, **kw: Any) -> None:
-            kw.setdefault("fetch_max_wait_ms", wait)
+            kw["fetch_max_wait_ms"] = wait  # overrides what the collector passes
             super().__init__(*a, **kw)
 
-    consumer_mod.AIOKafkaConsumer = Consumer  # type: ignore[misc]
+    vars(consumer_mod)["AIOKafkaConsumer"] = Consumer
     return int(gpuwatch_main(rest) or 0)
 
 
@@ -1459,6 +1513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--poll-ms", type=int, default=100)
     f.add_argument("--track-gpus", type=int, default=500)
     f.add_argument("--drain", type=float, default=10.0, help="seconds to keep polling after the producer ends")
+    f.add_argument("--profile", help="run the collector under cProfile, stats to this path")
     f.add_argument("--prerendered", action="store_true",
                    help="agents on their own machines: frames encoded before the run (on its future timestamps) "
                         "and handed to the Sender when the Framer would; this machine pays only for sending")
