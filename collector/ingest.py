@@ -219,7 +219,7 @@ class Ingestor:
             self.counters["duplicate_frames"] += 1
             return
         try:
-            decoded = stream.decoder.decode(msg.value)
+            decoded = stream.decoder.decode_checked(msg.value, header)
         except FrameError as exc:
             dead.append((msg, f"undecodable frame: {exc}"))
             return

@@ -35,6 +35,7 @@ import asyncpg
 
 from collector.store import maintenance, queries
 from collector.store.migrate import Profile, migrate
+from collector.store.rows import fast_rows
 from collector.store.schema import BY_KEY, METRIC_COLUMNS, ORIGIN_SQL, PROCESS_COLUMNS, SAMPLE_COLUMNS
 from telemetry.records import EventRecord, GpuRecord
 
@@ -265,14 +266,22 @@ class PreparedBatch:
 
 
 def prepare(records: Iterable[GpuRecord], events: Iterable[EventRecord] = ()) -> PreparedBatch:
-    """Convert and validate a batch; raises :class:`BadRecord` for the first bad item."""
-    samples: list[tuple[Any, ...]] = []
-    processes: list[tuple[Any, ...]] = []
+    """Convert and validate a batch; raises :class:`BadRecord` for the first bad item.
+
+    A regular batch is converted column by column (:func:`collector.store.rows.fast_rows`);
+    anything irregular takes the exact way, record by record, which names what is wrong.
+    """
+    records = records if isinstance(records, Sequence) else list(records)
+    fast = fast_rows(records)
+    if fast is None:
+        slow = [_prepare_record(record) for record in records]
+        samples = [s for s, _, _ in slow]
+        processes = [p for _, procs, _ in slow for p in procs]
+        attrs_list = [a for _, _, a in slow]
+    else:
+        samples, processes, attrs_list = fast
     inventory: dict[str, _Inventory] = {}
-    for record in records:
-        sample, procs, attrs = _prepare_record(record)
-        samples.append(sample)
-        processes.extend(procs)
+    for sample, attrs in zip(samples, attrs_list, strict=True):
         ts, gpu, node = sample[0], sample[1], sample[2]
         inv = inventory.get(gpu)
         if inv is None:
@@ -280,11 +289,13 @@ def prepare(records: Iterable[GpuRecord], events: Iterable[EventRecord] = ()) ->
             continue
         if ts >= inv.last:  # the newest sample's description wins; older ones only fill gaps
             inv.node = node
-            inv.attrs = [new if new is not None else old for new, old in zip(attrs, inv.attrs, strict=True)]
+            if attrs != tuple(inv.attrs):
+                inv.attrs = [new if new is not None else old for new, old in zip(attrs, inv.attrs, strict=True)]
             inv.last = ts
-        else:
+        elif attrs != tuple(inv.attrs):
             inv.attrs = [old if old is not None else new for new, old in zip(attrs, inv.attrs, strict=True)]
-        inv.first = min(inv.first, ts)
+        if ts < inv.first:
+            inv.first = ts
     event_rows: list[tuple[Any, ...]] = []
     for event in events:
         try:
@@ -367,27 +378,63 @@ def _columns(rows: Sequence[tuple[Any, ...]], count: int) -> list[list[Any]]:
     return [[row[i] for row in rows] for i in range(count)]
 
 
+_MARK_BUCKETS: Final = "INSERT INTO rollup_pending (bucket) SELECT unnest($1::timestamptz[])"
+
+
 async def write_batch(conn: asyncpg.Connection, batch: PreparedBatch, *, profile: Profile) -> WriteResult:
-    """Write a prepared batch in one transaction on ``conn``."""
+    """Write a prepared batch in one transaction on ``conn``.
+
+    First the direct way: binary COPY straight into ``gpu_samples`` and
+    ``process_samples``, inside a savepoint. A batch that is new (the normal case) is
+    then written at COPY speed, with no staging table and no ON CONFLICT merge. If any
+    row's key is already stored (a redelivered batch, after a collector crash), the
+    unique index refuses the COPY, the savepoint is rolled back, and the batch takes the
+    merge (staging COPY + ``INSERT ... ON CONFLICT DO NOTHING``), which skips exactly the
+    stored rows.
+    """
     async with conn.transaction():
         samples_new = processes_new = events_new = 0
-        if batch.samples or batch.processes:
-            await conn.execute(_CREATE_STAGING)
+        direct = False
         if batch.samples:
-            await conn.copy_records_to_table(_STAGE_SAMPLES, records=batch.samples, columns=SAMPLE_COLUMN_NAMES)
-            samples_new = _inserted(await conn.execute(_MOVE_SAMPLES))
-        if batch.processes:
-            await conn.copy_records_to_table(
-                _STAGE_PROCESSES, records=batch.processes, columns=PROCESS_COLUMN_NAMES,
-            )
-            processes_new = _inserted(await conn.execute(_MOVE_PROCESSES))
+            try:
+                async with conn.transaction():  # a savepoint
+                    await conn.copy_records_to_table("gpu_samples", records=batch.samples, columns=SAMPLE_COLUMN_NAMES)
+                    if batch.processes:
+                        await conn.copy_records_to_table(
+                            "process_samples", records=batch.processes, columns=PROCESS_COLUMN_NAMES,
+                        )
+                direct = True
+                samples_new, processes_new = len(batch.samples), len(batch.processes)
+            except asyncpg.UniqueViolationError:
+                pass
+        if not direct and (batch.samples or batch.processes):
+            await conn.execute(_CREATE_STAGING)
+            if batch.samples:
+                await conn.copy_records_to_table(_STAGE_SAMPLES, records=batch.samples, columns=SAMPLE_COLUMN_NAMES)
+                samples_new = _inserted(await conn.execute(_MOVE_SAMPLES))
+            if batch.processes:
+                await conn.copy_records_to_table(
+                    _STAGE_PROCESSES, records=batch.processes, columns=PROCESS_COLUMN_NAMES,
+                )
+                processes_new = _inserted(await conn.execute(_MOVE_PROCESSES))
         if batch.events:
             events_new = _inserted(await conn.execute(_INSERT_EVENTS, *_columns(batch.events, 6)))
         if batch.inventory:
             await conn.execute(_UPSERT_INVENTORY, *_columns(batch.inventory, 9))
         if profile == "plain" and (samples_new or processes_new):
-            await conn.execute(_MARK_PENDING)
+            if direct:
+                await conn.execute(_MARK_BUCKETS, _minute_buckets(batch.samples))
+            else:
+                await conn.execute(_MARK_PENDING)
     return WriteResult(samples_new, len(batch.samples) - samples_new, processes_new, events_new)
+
+
+def _minute_buckets(samples: Sequence[tuple[Any, ...]]) -> list[datetime]:
+    """The distinct 1-minute buckets of the samples' ts, as ``date_bin('1 minute', ts, ORIGIN)`` makes them.
+
+    The origin is midnight UTC, so a bucket is the UTC timestamp with seconds cut off.
+    """
+    return sorted({row[0].replace(second=0, microsecond=0) for row in samples})
 
 
 # --------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ FIELDS = ("node", "gpu_index", "model", "pci_bus_id", "driver_version", "mig_pro
 _GPU_INDEX = 1
 ALL_FIELDS = (1 << len(FIELDS)) - 1
 _GETTERS = tuple(attrgetter(name) for name in FIELDS)
+_ALL = attrgetter(*FIELDS)
 
 Attrs = tuple[object, ...]  # the last record's value of each field
 
@@ -40,6 +41,10 @@ def _value(field: int, value: object) -> bytes:
 
 def encode_attrs(records: Sequence[GpuRecord], prev: Attrs | None) -> tuple[bytes, Attrs]:
     n = len(records)
+    if prev is not None:
+        rows = list(map(_ALL, records))
+        if rows.count(prev) == n:  # the usual delta frame: nothing changed
+            return b"\x00", rows[-1]
     mask = 0
     parts = []
     last = []

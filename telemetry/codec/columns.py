@@ -22,15 +22,31 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from math import gcd
-from operator import floordiv, mul, sub, truediv
+from operator import sub
 from typing import Final
 
 from telemetry.codec.gorilla_xor import MASK64, xor_decode, xor_encode, xor_value
-from telemetry.codec.planes import decode_signed, encode_signed, float64_bytes, pack_bits, read_bits
+from telemetry.codec.planes import (
+    CONTAINER,
+    SIGN_EXT,
+    SIGNED_CODE,
+    codec,
+    expand_running,
+    float64_bytes,
+    narrowest,
+    nonzero_flags,
+    pack_bits,
+    read_flags,
+    read_signed,
+    spread,
+)
+from telemetry.codec.planes import (
+    FROM_ASCII01 as _FROM_ASCII01,
+)
 from telemetry.codec.scaling import MAX_EXPONENT, POW10, all_finite, lossless_decimal, quantise, quantise_decimal
 from telemetry.codec.wire import Reader, scalar, svarint, uvarint
 
@@ -122,12 +138,12 @@ def encode_column(
     not a number.
     """
     n = len(values)
-    if complete and state is not None and values.count(values[0]) == n and _repeats(values, state):
-        return REPEAT, state
     presence = b""
-    present: list[object]
+    present: Sequence[object]
     if complete:
-        present = list(values)
+        if state is not None and values.count(values[0]) == n and _repeats(values, state):
+            return REPEAT, state
+        present = values
     else:
         present = [v for v in values if v is not missing]
         if not present:
@@ -137,13 +153,13 @@ def encode_column(
     flags = F_PRESENCE if presence else 0
     types = set(map(type, present))
     out: tuple[bytes, ColState] | None = None
-    if types == {float}:
-        floats: list[float] = present  # type: ignore[assignment]
+    if types == _FLOAT:
+        floats: Sequence[float] = present  # type: ignore[assignment]
         out = _encode_floats(floats, plan, quantize, flags, presence, state)
         if out is None:
             out = _encode_xor(floats, flags, presence, state)
-    elif types == {int}:
-        ints: list[int] = present  # type: ignore[assignment]
+    elif types == _INT:
+        ints: Sequence[int] = present  # type: ignore[assignment]
         out = _encode_ints(INT, None, b"", ints, flags, presence, state, plan.counter)
     if out is not None:
         return out
@@ -151,6 +167,10 @@ def encode_column(
         if not isinstance(v, (int, float)):
             raise ValueError(f"metric value is not a number: {type(v).__name__} {v!r:.40}")
     return _block(RAW, _BYTE[flags] + presence + b"".join(map(scalar, present))), None
+
+
+_FLOAT = {float}
+_INT = {int}
 
 
 def _repeats(values: Sequence[object], state: ColState) -> bool:
@@ -161,11 +181,12 @@ def _repeats(values: Sequence[object], state: ColState) -> bool:
     last = repeated_value(state)
     if type(values[0]) is not type(last) or values[0] != last or set(map(type, values)) != {type(last)}:
         return False
-    return not isinstance(last, float) or float64_bytes(values) == float64_bytes([last]) * len(values)  # type: ignore[arg-type]
+    # Equal floats have equal bits, but for the two zeros (NaN equals nothing, not even ``last``).
+    return type(last) is not float or last != 0.0 or float64_bytes(values) == float64_bytes([last]) * len(values)  # type: ignore[arg-type]
 
 
 def _encode_floats(
-    values: list[float], plan: ColumnPlan, quantize: bool, flags: int, presence: bytes, state: ColState | None
+    values: Sequence[float], plan: ColumnPlan, quantize: bool, flags: int, presence: bytes, state: ColState | None
 ) -> tuple[bytes, ColState] | None:
     """DECIMAL or QUANTUM, or None when the floats are not finite or do not scale (XOR then)."""
     if not all_finite(values):
@@ -181,7 +202,10 @@ def _encode_floats(
             return _encode_ints(QUANTUM, qbytes, qbytes, ks, flags, presence, state, plan.counter)
     except OverflowError:
         return None
-    found = lossless_decimal(values, plan.exponent)
+    # Skip the probe of the first try when the last frame's column scaled with that exponent.
+    hint = plan.exponent
+    expected = hint is not None and state is not None and state[0] == DECIMAL and state[1] == hint
+    found = lossless_decimal(values, hint, not expected)
     if found is None:
         return None
     e, ks = found
@@ -189,59 +213,88 @@ def _encode_floats(
 
 
 def _residuals(values: list[int]) -> tuple[int, bytes]:
-    """(flags, bytes) of ``[factor] residual block``; OverflowError when a residual exceeds 64 bits."""
-    flags = 0
+    """(flags, bytes) of ``[factor] residual block``; OverflowError when a residual exceeds 64 bits.
+
+    :func:`planes.encode_signed` with the common factor taken out first, in one function:
+    a column's residuals are its most frequent work, and each call costs.
+    """
+    n = len(values)
     factor = gcd(*values)
+    if factor == 0:  # every residual is 0
+        return 0, b"\x00"
+    flags = 0
+    head = b""
     if 1 < factor < _LIMIT:
-        values = list(map(floordiv, values, repeat(factor)))
+        if factor & (factor - 1):
+            values = [v // factor for v in values]
+        else:  # a power of two (the low bits of scaled doubles): a shift floors the same way
+            shift = factor.bit_length() - 1
+            values = [v >> shift for v in values]
         flags = F_GCD
-    changed, block = encode_signed(values)
-    if changed:
+        head = uvarint(factor)
+    zeros = values.count(0)
+    size, raw = narrowest(values)
+    width = size
+    while width > size // 2 + 1 and raw[width - 1 :: size] == raw[width - 2 :: size].translate(SIGN_EXT):
+        width -= 1
+    if zeros * width > (n + 7) >> 3:
         flags |= F_CHANGED
-    return flags, uvarint(factor) + block if flags & F_GCD else block
+        head += pack_bits(nonzero_flags(raw, size, width))
+        kept = list(filter(None, values))
+        raw = codec(SIGNED_CODE[size], len(kept)).pack(*kept)
+    if size == 1:
+        return flags, head + _BYTE[width] + raw
+    return flags, head + _BYTE[width] + b"".join([raw[j::size] for j in range(width)])
 
 
 def _encode_ints(
     tag: int,
     param: int | bytes | None,
     param_bytes: bytes,
-    ks: list[int],
+    ks: Sequence[int],
     flags: int,
     presence: bytes,
     state: ColState | None,
     counter: bool = False,
 ) -> tuple[bytes, ColState] | None:
     """Delta-coded integers; None when a first value or a delta leaves the range the wire carries."""
-    base = 0
+    k0 = ks[0]
+    first = k0
     if state is not None and state[0] == tag and state[1] == param:
         flags |= F_BASED
-        base = state[2]
-    first = ks[0] - base
+        first = k0 - state[2]
     if not -_LIMIT < first < _LIMIT:
         return None
+    m = len(ks)
     rest = b""
-    if len(ks) > 1:
-        deltas = list(map(sub, ks[1:], ks))
-        try:
-            more, rest = _residuals(deltas)
-            if counter and len(deltas) > 1:
-                try:
-                    dod_flags, dods = _residuals(list(map(sub, deltas[1:], deltas)))
-                    dods = svarint(deltas[0]) + dods
-                    if len(dods) < len(rest):
-                        more, rest = dod_flags | F_DOD, dods
-                except OverflowError:
-                    pass  # delta-of-deltas past 64 bits: the deltas do
-        except OverflowError:
-            return None
-        flags |= more
+    if m > 1:
+        if ks.count(k0) == m:  # no change within the window: every residual is 0
+            rest = b"\x00"
+        else:
+            deltas = list(map(sub, ks[1:], ks))
+            try:
+                more, rest = _residuals(deltas)
+                if counter and m > 2:
+                    try:
+                        dod_flags, dods = _residuals(list(map(sub, deltas[1:], deltas)))
+                        dods = svarint(deltas[0]) + dods
+                        if len(dods) < len(rest):
+                            more, rest = dod_flags | F_DOD, dods
+                    except OverflowError:
+                        pass  # delta-of-deltas past 64 bits: the deltas do
+            except OverflowError:
+                return None
+            flags |= more
     new_state = (tag, param, ks[-1])
-    if first == 0 and rest in (b"", b"\x00") and flags == F_BASED:
+    if first == 0 and flags == F_BASED and (rest == b"\x00" or not rest):
         return REPEAT, new_state
-    return _block(tag, _BYTE[flags] + presence + param_bytes + svarint(first) + rest), new_state
+    z = first << 1 if first >= 0 else (~first << 1) | 1  # svarint(first), inline
+    return _block(tag, _BYTE[flags] + presence + param_bytes + (_BYTE[z] if z < 0x80 else uvarint(z)) + rest), new_state
 
 
-def _encode_xor(values: list[float], flags: int, presence: bytes, state: ColState | None) -> tuple[bytes, ColState]:
+def _encode_xor(
+    values: Sequence[float], flags: int, presence: bytes, state: ColState | None
+) -> tuple[bytes, ColState]:
     base = 0
     if state is not None and state[0] == XOR:
         flags |= F_BASED
@@ -249,7 +302,7 @@ def _encode_xor(values: list[float], flags: int, presence: bytes, state: ColStat
     first, changed, rest, last = xor_encode(values, base)
     if changed:
         flags |= F_CHANGED
-    if first == 0 and rest in (b"", b"\x00") and flags == F_BASED:
+    if first == 0 and flags == F_BASED and (rest == b"\x00" or not rest):
         return REPEAT, (XOR, None, last)
     return _block(XOR, _BYTE[flags] + presence + uvarint(first) + rest), (XOR, None, last)
 
@@ -289,22 +342,318 @@ def read_column(
     decoder skipped before; the block's length makes skipping possible.
     """
     at = r.pos
+    data = r.data
+    if at + 2 < r.end and data[at] in _TYPED and not skip:
+        # The common block, a typed column: decoded in one function.
+        size = data[at + 1]
+        start = at + 2
+        if size >= 0x80:
+            size, start = _varint(data, at + 1, r.end)
+        end = start + size
+        if size >= 0 and end <= r.end:
+            try:
+                fast = (
+                    _read_xor(data, start, end, n, state, keyframe)
+                    if data[at] == XOR
+                    else _read_typed(data, start, end, data[at], n, state, keyframe)
+                )
+            except BaseUnknown:
+                r.pos = end
+                return None, UNKNOWN, True
+            if fast is not None:
+                r.pos = end
+                return fast
     tag = r.u8("column tag")
     size = r.count("column length", r.remaining)
-    sub = Reader(r.data, r.pos, r.pos + size, r.where)
-    r.pos += size
+    end = r.pos + size
     if skip:
+        r.pos = end
         return None, state, True
     if tag == ABSENT:
+        r.pos = end
         if size:
             raise r.fail("absent column has a payload", at)
         return None, state, True
     if tag > RAW:
+        r.pos = end
         return None, UNKNOWN, True
+    outer = r.end
+    r.end = end  # the reader spans exactly the payload while the column is decoded
     try:
-        return decode_column(tag, sub, n, state, keyframe)
+        return decode_column(tag, r, n, state, keyframe)
     except BaseUnknown:
         return None, UNKNOWN, True
+    finally:
+        r.end = outer
+        r.pos = end
+
+
+_TYPED = frozenset((INT, DECIMAL, QUANTUM, XOR))
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after it) of a varint of up to 10 bytes within ``end``; (-1, pos) when malformed."""
+    result = 0
+    shift = 0
+    for i in range(pos, min(end, pos + 10)):
+        byte = data[i]
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, i + 1
+        shift += 7
+    return -1, pos
+
+
+def _read_typed(
+    data: bytes, pos: int, end: int, tag: int, n: int, state: ColState | None, keyframe: bool
+) -> tuple[Sequence[object], ColState, bool] | None:
+    """An INT, DECIMAL or QUANTUM payload ``data[pos:end]`` decoded at once; None for anything unusual.
+
+    Only the well-formed blocks an encoder writes take this way: whatever it does not
+    expect (a malformed or truncated part, an unknown flag, a multi-plane width it would
+    need to check) makes it return None, and :func:`decode_column` reads the block again,
+    step by step, with its exact error messages. It raises only BaseUnknown, as that does.
+    """
+    if pos >= end:
+        return None
+    flags = data[pos]
+    pos += 1
+    if flags & ~_KNOWN_FLAGS:
+        return None
+    presence = b""
+    m = n
+    if flags & F_PRESENCE:
+        size = (n + 7) >> 3
+        if pos + size > end:
+            return None
+        value = int.from_bytes(data[pos : pos + size], "little")
+        m = value.bit_count()
+        if value >> n or not m:
+            return None
+        presence = format(value, "b").zfill(n)[::-1].encode("ascii").translate(_FROM_ASCII01)
+        pos += size
+    param: int | bytes | None = None
+    exponent = 0
+    quantum = 1.0
+    if tag == DECIMAL:
+        if pos >= end:
+            return None
+        exponent = data[pos]
+        pos += 1
+        if exponent > MAX_EXPONENT:
+            return None
+        param = exponent
+    elif tag == QUANTUM:
+        if pos + 8 > end:
+            return None
+        param = data[pos : pos + 8]
+        pos += 8
+        quantum = _F64.unpack(param)[0]
+        if not (math.isfinite(quantum) and quantum > 0.0):
+            return None
+    changed = flags & F_CHANGED
+    if changed and m == 1:
+        return None
+    base = 0
+    if flags & F_BASED:
+        if keyframe:
+            return None
+        if state is UNKNOWN:
+            raise BaseUnknown
+        if state is None or state[0] != tag or state[1] != param:
+            return None
+        base = state[2]
+    if pos < end and data[pos] < 0x80:
+        z = data[pos]
+        pos += 1
+    else:
+        z, pos = _varint(data, pos, end)
+        if z < 0:
+            return None
+    k0 = base + ((z >> 1) ^ -(z & 1))
+    ks: list[int]
+    if m == 1:
+        if flags & (F_GCD | F_DOD) or pos != end:
+            return None
+        ks = [k0]
+    else:
+        dod = flags & F_DOD
+        first_delta = 0
+        if dod:
+            if m < 3:
+                return None
+            z, pos = _varint(data, pos, end)
+            if z < 0:
+                return None
+            first_delta = (z >> 1) ^ -(z & 1)
+        count = m - 2 if dod else m - 1
+        factor = 1
+        if flags & F_GCD:
+            factor, pos = _varint(data, pos, end)
+            if factor < 2:
+                return None
+        where = b""
+        k = count
+        if changed:
+            size = (count + 7) >> 3
+            if pos + size > end:
+                return None
+            value = int.from_bytes(data[pos : pos + size], "little")
+            if value >> count:
+                return None
+            k = value.bit_count()
+            where = format(value, "b").zfill(count)[::-1].encode("ascii").translate(_FROM_ASCII01)
+            pos += size
+        if pos >= end:
+            return None
+        width = data[pos]
+        pos += 1
+        if width == 0:
+            if changed or pos != end:
+                return None
+            ks = list(accumulate(repeat(first_delta, m - 1), initial=k0)) if dod else [k0] * m
+        else:
+            if width > 8 or pos + width * k != end:
+                return None
+            stored = _planes(data, pos, k, width)
+            if factor > 1:
+                stored = [x * factor for x in stored]
+            if dod:
+                deltas = (
+                    expand_running(where, stored, first_delta)
+                    if where
+                    else list(accumulate(stored, initial=first_delta))
+                )
+                ks = list(accumulate(deltas, initial=k0))
+            elif not where:
+                ks = list(accumulate(stored, initial=k0))
+            else:
+                # Unchanged values share one object: fewer numbers to make (and to free later).
+                sums = list(accumulate(stored, initial=k0))
+                new_state: ColState = (tag, param, sums[-1])
+                shared: list[object] = sums  # type: ignore[assignment]
+                if tag == DECIMAL:
+                    d = POW10[exponent]
+                    shared = [s / d for s in sums]
+                elif tag == QUANTUM:
+                    shared = [s * quantum for s in sums]
+                values = list(map(shared.__getitem__, accumulate(where, initial=0)))
+                if presence:
+                    return spread(presence, values, MISSING), new_state, False
+                return values, new_state, True
+    new_state = (tag, param, ks[-1])
+    out: Sequence[object]
+    if tag == INT:
+        out = ks
+    elif tag == DECIMAL:
+        d = POW10[exponent]
+        out = [k / d for k in ks]
+    else:
+        out = [k * quantum for k in ks]
+    if presence:
+        return spread(presence, out, MISSING), new_state, False
+    return out, new_state, True
+
+
+def _read_xor(
+    data: bytes, pos: int, end: int, n: int, state: ColState | None, keyframe: bool
+) -> tuple[Sequence[object], ColState, bool] | None:
+    """An XOR payload ``data[pos:end]`` decoded at once; None for anything unusual (see :func:`_read_typed`)."""
+    if pos >= end:
+        return None
+    flags = data[pos]
+    pos += 1
+    if flags & ~(F_PRESENCE | F_CHANGED | F_BASED):
+        return None
+    presence = b""
+    m = n
+    if flags & F_PRESENCE:
+        size = (n + 7) >> 3
+        if pos + size > end:
+            return None
+        value = int.from_bytes(data[pos : pos + size], "little")
+        m = value.bit_count()
+        if value >> n or not m:
+            return None
+        presence = format(value, "b").zfill(n)[::-1].encode("ascii").translate(_FROM_ASCII01)
+        pos += size
+    changed = flags & F_CHANGED
+    if changed and m == 1:
+        return None
+    base = 0
+    if flags & F_BASED:
+        if keyframe:
+            return None
+        if state is UNKNOWN:
+            raise BaseUnknown
+        if state is None or state[0] != XOR:
+            return None
+        base = state[2]
+    if pos < end and data[pos] < 0x80:
+        first = data[pos]
+        pos += 1
+    else:
+        first, pos = _varint(data, pos, end)
+        if first < 0 or first > MASK64:
+            return None
+    x = first ^ base
+    if m > 1:
+        count = m - 1
+        k = count
+        where = b""
+        if changed:
+            size = (count + 7) >> 3
+            if pos + size > end:
+                return None
+            value = int.from_bytes(data[pos : pos + size], "little")
+            if value >> count:
+                return None
+            k = value.bit_count()
+            where = format(value, "b").zfill(count)[::-1].encode("ascii").translate(_FROM_ASCII01)
+            pos += size
+        if pos >= end:
+            return None
+        mask = data[pos]
+        pos += 1
+        if mask == 0 and changed:
+            return None
+        kept = [j for j in range(8) if mask >> j & 1]
+        if pos + len(kept) * k != end:
+            return None
+        full = bytearray(8 * k)
+        for i, j in enumerate(kept):
+            full[j::8] = data[pos + i * k : pos + (i + 1) * k]
+        if where:
+            full = bytearray(codec("Q", count).pack(*spread(where, codec("Q", k).unpack(full), 0)))
+        x |= int.from_bytes(full, "little") << 64
+        total = 64 * m
+        shift = 64
+        while shift < total:
+            x ^= x << shift
+            shift <<= 1
+        x &= (1 << total) - 1
+    elif pos != end:
+        return None
+    values = codec("d", m).unpack(x.to_bytes(8 * m, "little"))
+    new_state: ColState = (XOR, None, x >> (64 * (m - 1)))
+    if presence:
+        return spread(presence, values, MISSING), new_state, False
+    return values, new_state, True
+
+
+def _planes(data: bytes, pos: int, k: int, width: int) -> Sequence[int]:
+    """``k`` signed integers stored as ``width`` byte planes from ``data[pos]`` on."""
+    if width == 1:
+        return codec("b", k).unpack_from(data, pos)
+    size = CONTAINER[width]
+    full = bytearray(size * k)
+    for j in range(width):
+        full[j::size] = data[pos + j * k : pos + (j + 1) * k]
+    if width < size:
+        ext = data[pos + (width - 1) * k : pos + width * k].translate(SIGN_EXT)
+        for j in range(width, size):
+            full[j::size] = ext
+    return codec(SIGNED_CODE[size], k).unpack(full)
 
 
 def decode_column(
@@ -319,14 +668,12 @@ def decode_column(
     flags = r.u8("column flags")
     if flags & ~_KNOWN_FLAGS:
         raise r.fail(f"unknown column flags {flags:#x}", start)
+    presence = b""
+    m = n
     if flags & F_PRESENCE:
-        bits = read_bits(r, n, "presence bitmap")
-        m = bits.count("1")
+        presence, m = read_flags(r, n, "presence bitmap")
         if m == 0:
             raise r.fail("presence bitmap is empty", start)
-    else:
-        bits = ""
-        m = n
     values: Sequence[object]
     new_state: ColState | None
     if tag == RAW:
@@ -336,11 +683,10 @@ def decode_column(
         new_state = None
     else:
         values, new_state = _decode_typed(tag, r, m, flags, state, keyframe, start)
-    if r.remaining:
+    if r.pos != r.end:
         raise r.fail(f"{r.remaining} unread bytes in {TAG_NAMES[tag]} column")
-    if bits:
-        it = iter(values)
-        return [next(it) if c == "1" else MISSING for c in bits], new_state, False
+    if presence:
+        return spread(presence, values, MISSING), new_state, False
     return values, new_state, True
 
 
@@ -383,32 +729,46 @@ def _decode_typed(
         floats, last = xor_decode(r, m, first, changed, base)
         return floats, (XOR, None, last)
     k0 = base + r.svarint("first value")
-    ks: Iterable[int]
+    ks: list[int]
     if m > 1:
-        first_delta = r.svarint("first delta") if flags & F_DOD else 0
-        if flags & F_DOD and m < 3:
-            raise r.fail("delta-of-deltas need three values", start)
-        count = m - 2 if flags & F_DOD else m - 1
+        dod = flags & F_DOD
+        first_delta = 0
+        if dod:
+            first_delta = r.svarint("first delta")
+            if m < 3:
+                raise r.fail("delta-of-deltas need three values", start)
+        count = m - 2 if dod else m - 1
         factor = 1
         if flags & F_GCD:
             at = r.pos
             factor = r.uvarint("residual factor")
             if factor < 2:
                 raise r.fail(f"residual factor {factor} below 2", at)
-        residuals = decode_signed(r, count, changed, "residuals")
-        if factor > 1:
-            residuals = list(map(mul, residuals, repeat(factor)))
-        deltas = list(accumulate(residuals, initial=first_delta)) if flags & F_DOD else residuals
-        ks = accumulate(deltas, initial=k0)
-        last = k0 + sum(deltas)
+        where, stored = read_signed(r, count, changed, "residuals")
+        if stored is None:  # every residual is 0
+            ks = list(accumulate(repeat(first_delta, m - 1), initial=k0)) if dod else [k0] * m
+        else:
+            if factor > 1:
+                stored = tuple([x * factor for x in stored])
+            if dod:
+                deltas = (
+                    list(accumulate(stored, initial=first_delta))
+                    if where is None
+                    else expand_running(where, stored, first_delta)
+                )
+                ks = list(accumulate(deltas, initial=k0))
+            elif where is None:
+                ks = list(accumulate(stored, initial=k0))
+            else:
+                ks = expand_running(where, stored, k0)
     else:
         if flags & (F_GCD | F_DOD):
             raise r.fail("residual factor or delta-of-deltas on a single value", start)
-        ks = (k0,)
-        last = k0
-    new_state: ColState = (tag, param, last)
+        ks = [k0]
+    new_state: ColState = (tag, param, ks[-1])
     if tag == INT:
-        return list(ks), new_state
+        return ks, new_state
     if tag == DECIMAL:
-        return list(map(truediv, ks, repeat(POW10[exponent]))), new_state
-    return list(map(mul, ks, repeat(quantum))), new_state
+        d = POW10[exponent]
+        return [k / d for k in ks], new_state
+    return [k * quantum for k in ks], new_state

@@ -30,10 +30,12 @@ either order.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from functools import partial
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, itemgetter
+from typing import Any
 
 import zstandard
 
@@ -59,6 +61,7 @@ from telemetry.codec.header import (
     FLAG_QUANTISED,
     FLAG_ZSTD,
     MAX_RECORDS,
+    FrameHeader,
     pack_gpu,
     pack_header,
     peek_header,
@@ -125,8 +128,7 @@ class FrameEncoder:
         self.quantize = quantize
         self.keyframe_every = keyframe_every
         self._zstd = zstandard.ZstdCompressor(level=zstd_level) if zstd_level is not None else None
-        self._field_ids = {m.key: m.field_id for m in metrics}
-        self._plans = {m.key: ColumnPlan.for_metric(m.resolution, m.kind == "counter") for m in metrics}
+        self._field_ids, self._plans = _catalog_maps(metrics)
         self._table_id = table_id() if metrics is CATALOG else 0
         self._flags = FLAG_QUANTISED if quantize else 0
         self._state: _EncoderState | None = None
@@ -156,20 +158,7 @@ class FrameEncoder:
         if not set(map(type, ts)) <= {float, int}:
             raise ValueError("ts must be numbers")
         dicts: list[dict[str, float]] = list(map(_METRICS, records))
-        first_keys = tuple(dicts[0])
-        cols: dict[str, Sequence[object]]
-        if list(map(tuple, dicts)).count(first_keys) == n:  # every record has the same keys: transpose
-            window_keys = first_keys
-            cols = dict(zip(first_keys, zip(*map(dict.values, dicts), strict=True), strict=True))
-            complete = set(first_keys)
-        else:
-            counts = Counter(chain.from_iterable(dicts))
-            window_keys = tuple(counts)
-            complete = {k for k, c in counts.items() if c == n}
-            cols = {
-                k: list(map(itemgetter(k), dicts)) if k in complete else [d.get(k, MISSING) for d in dicts]
-                for k in window_keys
-            }
+        window_keys, complete, cols = _columns(dicts)
         prev = None if state is None or self._force or state.since_keyframe + 1 >= self.keyframe_every else state
         if prev is not None and not prev.keyset.issuperset(window_keys):
             prev = None  # a metric the table lacks: a keyframe
@@ -253,6 +242,111 @@ class FrameEncoder:
         return b"\x00" + opt_string(key)
 
 
+def _columns(dicts: list[dict[str, float]]) -> tuple[tuple[str, ...], set[str], dict[str, Sequence[object]]]:
+    """The window's metric keys (in order of first appearance), those every record has, and each key's column.
+
+    A column holds MISSING where a record lacks the key. Every step is a C loop. Records
+    are grouped by their number of metrics: usually all records of one size have the same
+    keys (the records that carry a metric only now and then are one size larger). That is
+    checked as the values are fetched (a missing key raises KeyError, and a record of the
+    right size with all of its group's keys has no others), and a window where it does not
+    hold takes the slow, general way.
+    """
+    lengths = list(map(len, dicts))
+    sizes = list(dict.fromkeys(lengths))
+    reps = [tuple(dicts[lengths.index(size)]) for size in sizes]  # each group's first record's keys
+    try:
+        if len(reps) == 1:
+            keys = reps[0]
+            return keys, set(keys), _fetch(keys, dicts)
+        window_keys = tuple(dict.fromkeys(chain.from_iterable(reps)))
+        complete = set(reps[0]).intersection(*reps[1:])
+        cols = _fetch(tuple(k for k in window_keys if k in complete), dicts)
+        for size, keys in zip(sizes, reps, strict=True):
+            sometimes = tuple(k for k in keys if k not in complete)
+            if sometimes:  # every record of this size has these keys too (KeyError otherwise)
+                _fetch(sometimes, compress(dicts, map(size.__eq__, lengths)))
+    except KeyError:
+        return _columns_general(dicts)
+    get = dict.get
+    for k in window_keys:
+        if k not in complete:
+            cols[k] = list(map(get, dicts, repeat(k), repeat(MISSING)))
+    return window_keys, complete, cols
+
+
+def _fetch(keys: tuple[str, ...], dicts: Iterable[dict[str, float]]) -> dict[str, Sequence[object]]:
+    """The column of each key over ``dicts``; KeyError when a record lacks one."""
+    if len(keys) > 1:
+        return dict(zip(keys, zip(*map(itemgetter(*keys), dicts), strict=True), strict=True))
+    if keys:
+        return {keys[0]: list(map(itemgetter(keys[0]), dicts))}
+    return {}
+
+
+def _columns_general(
+    dicts: list[dict[str, float]],
+) -> tuple[tuple[str, ...], set[str], dict[str, Sequence[object]]]:
+    """:func:`_columns` for any window: keys counted record by record."""
+    n = len(dicts)
+    counts = Counter(chain.from_iterable(dicts))
+    window_keys = tuple(counts)
+    complete = {k for k, c in counts.items() if c == n}
+    get = dict.get
+    cols: dict[str, Sequence[object]] = {
+        k: list(map(itemgetter(k), dicts)) if k in complete else list(map(get, dicts, repeat(k), repeat(MISSING)))
+        for k in window_keys
+    }
+    return window_keys, complete, cols
+
+
+# Metric dicts are built by a function per key tuple, made once. Its first keys are a dict
+# display of constant keys (one BUILD_CONST_KEY_MAP, which makes the dict presized, in one
+# step: up to 15 keys, beyond which CPython adds item by item), the others are stores into
+# it. That is the fastest way CPython 3.11 has to make many dicts of the same keys;
+# ``dict(zip(keys, row))`` makes a tuple per item and grows the dict key by key. The keys
+# enter the source as ``repr`` literals, so no key can inject code.
+_BUILDERS: dict[tuple[str, ...], Callable[..., dict[str, object]]] = {}
+_MAX_BUILDERS = 256
+_MAX_BUILDER_KEYS = 256  # wider tables use dict(zip(...))
+_DISPLAY = 15
+
+
+def _dict_builder(keys: tuple[str, ...]) -> Callable[..., dict[str, object]]:
+    build = _BUILDERS.get(keys)
+    if build is None:
+        if len(keys) > _MAX_BUILDER_KEYS:
+            return partial(_zip_dict, keys)
+        if len(_BUILDERS) >= _MAX_BUILDERS:
+            _BUILDERS.clear()
+        params = ", ".join(f"v{i}" for i in range(len(keys)))
+        display = ", ".join(f"{key!r}: v{i}" for i, key in enumerate(keys[:_DISPLAY]))
+        stores = "".join(f"    d[{key!r}] = v{i}\n" for i, key in enumerate(keys) if i >= _DISPLAY)
+        namespace: dict[str, Any] = {}
+        exec(f"def build({params}):\n    d = {{{display}}}\n{stores}    return d\n", namespace)
+        build = _BUILDERS[keys] = namespace["build"]
+    return build
+
+
+def _zip_dict(keys: tuple[str, ...], *values: object) -> dict[str, object]:
+    return dict(zip(keys, values, strict=True))
+
+
+def _catalog_maps(metrics: Sequence[Metric]) -> tuple[dict[str, int], dict[str, ColumnPlan]]:
+    """Field id and column plan per key (shared, never changed, for the built-in catalog)."""
+    if metrics is CATALOG and _BUILTIN_MAPS:
+        return _BUILTIN_MAPS[0]
+    return (
+        {m.key: m.field_id for m in metrics},
+        {m.key: ColumnPlan.for_metric(m.resolution, m.kind == "counter") for m in metrics},
+    )
+
+
+# Worked out once: an encoder is made per GPU stream.
+_BUILTIN_MAPS: list[tuple[dict[str, int], dict[str, ColumnPlan]]] = []
+_BUILTIN_MAPS.append(_catalog_maps(CATALOG))
+
+
 def _add(stats: dict[str, int], key: str, size: int) -> None:
     stats[key] = stats.get(key, 0) + size
 
@@ -281,7 +375,10 @@ class FrameDecoder:
         return None if self._state is None else (self._state.seq + 1) & _SEQ_MASK
 
     def decode(self, frame: bytes) -> list[GpuRecord]:
-        hdr = peek_header(frame)
+        return self.decode_checked(frame, peek_header(frame))
+
+    def decode_checked(self, frame: bytes, hdr: FrameHeader) -> list[GpuRecord]:
+        """:meth:`decode` for a frame whose header :func:`peek_header` returned (and checked) already."""
         state = self._state
         prev: _DecoderState | None = None
         if not hdr.keyframe:
@@ -340,12 +437,10 @@ class FrameDecoder:
         processes, proc_state = decode_processes(r, n, None if prev is None else prev.processes)
         if r.remaining:
             raise r.fail(f"{r.remaining} unread bytes after the process section")
-        rows = zip(*cols, strict=False) if cols else repeat((), n)  # every column holds n values: no check needed
-        metrics = [dict(zip(col_keys, row, strict=False)) for row in rows]
+        metrics = list(map(_dict_builder(tuple(col_keys)), *cols)) if cols else [{} for _ in range(n)]
         for key, values in gaps:
-            for i, value in enumerate(values):
-                if value is MISSING:
-                    del metrics[i][key]
+            for d in compress(metrics, map(is_, values, repeat(MISSING))):
+                del d[key]
         records = list(
             map(
                 GpuRecord,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -38,7 +39,7 @@ from telemetry.codec.columns import (
     read_column,
     repeated_value,
 )
-from telemetry.codec.planes import pack_bits, read_bits
+from telemetry.codec.planes import pack_bits, read_flags
 from telemetry.codec.wire import Reader, opt_string, scalar, uvarint
 from telemetry.records import ProcessRecord
 
@@ -64,38 +65,23 @@ def encode_processes(lists: Sequence[list[ProcessRecord]], prev: ProcessState | 
     """The process section of a window and the state the next frame refers to."""
     n = len(lists)
     slot_of: dict[Identity, int] = {}  # first occurrence of an identity in a record
-    repeats: dict[tuple[Identity, int], int] = {}  # later occurrences of it in the same record (rare)
-    identities: list[Identity] = []
-    rows: list[list[int]] = []
-    numbers: list[list[tuple[object, object, object]]] = []
+    identities: list[Identity]
+    rows: list[Sequence[int]]
+    numbers: list[Sequence[tuple[object, object, object]]]
     orders: list[list[int]] = []
     in_order = True
-    for i, procs in enumerate(lists):
-        order: list[int] = []
-        orders.append(order)
-        for p in procs:
-            key: Identity = _IDENTITY(p)
-            s = slot_of.get(key)
-            occurrence = 0
-            while s is not None and rows[s][-1] == i:
-                occurrence += 1
-                s = repeats.get((key, occurrence))
-            if s is None:
-                if type(key[0]) is not int:
-                    raise ValueError(f"process pid must be an int, got {key[0]!r:.40}")
-                s = len(identities)
-                if occurrence:
-                    repeats[(key, occurrence)] = s
-                else:
-                    slot_of[key] = s
-                identities.append(key)
-                rows.append([])
-                numbers.append([])
-            if order and s < order[-1]:
-                in_order = False
-            order.append(s)
-            rows[s].append(i)
-            numbers[s].append(_NUMBERS(p))
+    steady = _steady(lists)
+    if steady is not None:
+        # The usual window: every record lists the same processes in the same order.
+        identities = list(steady)
+        slot_of = {key: s for s, key in enumerate(identities)}
+        everywhere = range(n)
+        rows = [everywhere] * len(identities)
+        flat = list(map(_NUMBERS, chain.from_iterable(lists)))
+        k = len(identities)
+        numbers = [flat[s::k] for s in range(k)]
+    else:
+        identities, rows, numbers, orders, in_order = _gather(lists, slot_of)
     parts = [uvarint(len(identities))]
     state = ProcessState(identities, [], slot_of)
     prev_index = prev.index if prev is not None else {}
@@ -142,12 +128,74 @@ def encode_processes(lists: Sequence[list[ProcessRecord]], prev: ProcessState | 
     return b"".join(parts), state
 
 
+def _steady(lists: Sequence[list[ProcessRecord]]) -> tuple[Identity, ...] | None:
+    """The identities every record lists, in the same order and each once; None when records differ."""
+    n = len(lists)
+    lengths = list(map(len, lists))
+    k = lengths[0]
+    if lengths.count(k) != n:
+        return None
+    if k == 0:
+        return ()
+    identities = list(map(_IDENTITY, chain.from_iterable(lists)))
+    first = identities[:k]
+    if len(set(first)) != k or any(type(key[0]) is not int for key in first):
+        return None
+    if identities != first * n:
+        return None
+    return tuple(first)
+
+
+def _gather(
+    lists: Sequence[list[ProcessRecord]], slot_of: dict[Identity, int]
+) -> tuple[list[Identity], list[Sequence[int]], list[Sequence[tuple[object, object, object]]], list[list[int]], bool]:
+    """Slots of a window whose records differ: (identities, rows, numbers, per-record slot order, in order)."""
+    repeats: dict[tuple[Identity, int], int] = {}  # later occurrences of an identity in the same record (rare)
+    identities: list[Identity] = []
+    rows: list[list[int]] = []
+    numbers: list[list[tuple[object, object, object]]] = []
+    orders: list[list[int]] = []
+    in_order = True
+    for i, procs in enumerate(lists):
+        order: list[int] = []
+        orders.append(order)
+        for p in procs:
+            key: Identity = _IDENTITY(p)
+            s = slot_of.get(key)
+            occurrence = 0
+            while s is not None and rows[s][-1] == i:
+                occurrence += 1
+                s = repeats.get((key, occurrence))
+            if s is None:
+                if type(key[0]) is not int:
+                    raise ValueError(f"process pid must be an int, got {key[0]!r:.40}")
+                s = len(identities)
+                if occurrence:
+                    repeats[(key, occurrence)] = s
+                else:
+                    slot_of[key] = s
+                identities.append(key)
+                rows.append([])
+                numbers.append([])
+            if order and s < order[-1]:
+                in_order = False
+            order.append(s)
+            rows[s].append(i)
+            numbers[s].append(_NUMBERS(p))
+    return identities, list(rows), list(numbers), orders, in_order
+
+
 def decode_processes(r: Reader, n: int, prev: ProcessState | None) -> tuple[list[list[ProcessRecord]], ProcessState]:
     """The inverse of :func:`encode_processes`; ``prev`` is None in a keyframe."""
     count = r.count("process slot count", r.remaining)
-    lists: list[list[ProcessRecord]] = [[] for _ in range(n)]
     state = ProcessState()
-    slot_rows: list[dict[int, ProcessRecord]] = []
+    if not count:
+        return [[] for _ in range(n)], state
+    keyframe = prev is None
+    slot_rows: list[Sequence[int]] = []
+    slot_procs: list[list[ProcessRecord]] = []
+    everywhere = range(n)
+    partial = False  # some slot is missing from some records
     for _ in range(count):
         at = r.pos
         ref = r.uvarint("process slot reference")
@@ -163,53 +211,69 @@ def decode_processes(r: Reader, n: int, prev: ProcessState | None) -> tuple[list
         mode = r.u8("process slot mode")
         if mode & ~_KNOWN_MODE:
             raise r.fail(f"unknown process slot mode {mode:#x}", at)
+        rows: Sequence[int] = everywhere
         if mode & _PRESENCE_BITMAP:
-            bits = read_bits(r, n, "process presence bitmap")
-            rows = [i for i, c in enumerate(bits) if c == "1"]
-            if not rows:
+            flags, p = read_flags(r, n, "process presence bitmap")
+            if not p:
                 raise r.fail("process present in no record", at)
-        else:
-            rows = list(range(n))
+            if p < n:
+                rows = list(compress(everywhere, flags))
+                partial = True
+        p = len(rows)
         columns: list[Sequence[Any]] = []
         new: list[ColState | None] = []
         for bit, col_state in zip(_SENT_BITS, old, strict=True):
             if mode & bit:
-                values, after, _ = read_column(r, len(rows), col_state, prev is None)
+                values, after, full = read_column(r, p, col_state, keyframe)
+                if values is None:
+                    values = [None] * p
+                elif not full:
+                    values = [None if v is MISSING else v for v in values]
             elif col_state is UNKNOWN:
-                values, after = None, col_state
+                values, after = [None] * p, col_state
             else:
                 value = repeated_value(col_state)
                 if value is None:
                     raise r.fail("process column repeats a value the decoder does not have", at)
-                values, after = [value] * len(rows), col_state
-            columns.append([MISSING] * len(rows) if values is None else values)
+                values, after = [value] * p, col_state
+            columns.append(values)
             new.append(after)
         pid, pname, namespace, pod, container, service = key
-        row_map: dict[int, ProcessRecord] = {}
-        for i, mem, sm, mu in zip(rows, *columns, strict=True):
-            proc = ProcessRecord(
-                pid,
-                pname,
-                None if mem is MISSING else mem,
-                None if sm is MISSING else sm,
-                None if mu is MISSING else mu,
-                namespace,
-                pod,
-                container,
-                service,
+        mem, sm, mu = columns
+        slot_procs.append(
+            list(
+                map(
+                    ProcessRecord,
+                    repeat(pid, p),
+                    repeat(pname),
+                    mem,
+                    sm,
+                    mu,
+                    repeat(namespace),
+                    repeat(pod),
+                    repeat(container),
+                    repeat(service),
+                )
             )
-            lists[i].append(proc)
-            row_map[i] = proc
-        slot_rows.append(row_map)
+        )
+        slot_rows.append(rows)
         state.identities.append(key)
         state.columns.append(new)
-    if count:
-        at = r.pos
-        order_mode = r.u8("process order")
-        if order_mode == 1:
-            lists = [_read_order(r, i, slot_rows, len(lists[i])) for i in range(n)]
-        elif order_mode != 0:
-            raise r.fail(f"unknown process order mode {order_mode}", at)
+    lists: list[list[ProcessRecord]]
+    if partial:
+        lists = [[] for _ in range(n)]
+        for rows, procs in zip(slot_rows, slot_procs, strict=True):
+            for i, proc in zip(rows, procs, strict=True):
+                lists[i].append(proc)
+    else:
+        lists = list(map(list, zip(*slot_procs, strict=True)))
+    at = r.pos
+    order_mode = r.u8("process order")
+    if order_mode == 1:
+        by_row = [dict(zip(rows, procs, strict=True)) for rows, procs in zip(slot_rows, slot_procs, strict=True)]
+        lists = [_read_order(r, i, by_row, len(lists[i])) for i in range(n)]
+    elif order_mode != 0:
+        raise r.fail(f"unknown process order mode {order_mode}", at)
     return lists, state
 
 

@@ -33,11 +33,14 @@ class WindowedEncoder:
         return self._encoders
 
     def add(self, record: GpuRecord) -> list[bytes]:
-        pending = self._pending.setdefault(record.gpu, [])
+        gpu = record.gpu
+        pending = self._pending.get(gpu)
+        if pending is None:
+            pending = self._pending[gpu] = []
         pending.append(record)
         if len(pending) < self.window:
             return []
-        return [self._emit(record.gpu)]
+        return [self._emit(gpu)]
 
     def flush(self) -> list[bytes]:
         """Frames of every partly filled window, oldest GPU first."""
@@ -74,4 +77,4 @@ class StreamDecoder:
             decoder = self._make()
             if header.keyframe:
                 self._decoders[header.gpu] = decoder
-        return decoder.decode(frame)
+        return decoder.decode_checked(frame, header)

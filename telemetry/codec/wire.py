@@ -106,6 +106,9 @@ class Reader:
 
     def uvarint(self, what: str) -> int:
         data, pos, end = self.data, self.pos, self.end
+        if pos < end and data[pos] < 0x80:  # one byte: most counts, lengths and small values
+            self.pos = pos + 1
+            return data[pos]
         result = 0
         shift = 0
         for i in range(MAX_VARINT_BYTES):
