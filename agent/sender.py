@@ -60,6 +60,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from agent.spool import Message, Spool
+from telemetry.kafka_security import Mechanism, Protocol, check_security, security_config
 
 __all__ = ["KafkaSettings", "Message", "Sender"]
 
@@ -92,12 +93,12 @@ class KafkaSettings(BaseModel):
     request_timeout_ms: int = Field(default=10_000, ge=100, description="a send not acknowledged in this time failed")
     reconnect_backoff_ms: int = Field(default=500, ge=10, description="first reconnect delay")
     reconnect_backoff_max_ms: int = Field(default=30_000, ge=10, description="reconnect delay ceiling")
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    security_protocol: Protocol = "PLAINTEXT"
     ssl_cafile: Path | None = Field(default=None, description="CA bundle that signed the brokers' certificates")
     ssl_certfile: Path | None = Field(default=None, description="client certificate (mutual TLS)")
     ssl_keyfile: Path | None = Field(default=None, description="client key (mutual TLS)")
     ssl_check_hostname: bool = True
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_mechanism: Mechanism = "PLAIN"
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     sasl_password_file: Path | None = Field(
@@ -107,13 +108,8 @@ class KafkaSettings(BaseModel):
     def _consistent(self) -> KafkaSettings:
         if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
             raise ValueError("reconnect_backoff_max_ms must be >= reconnect_backoff_ms")
-        if self.security_protocol.startswith("SASL"):
-            if not self.sasl_username:
-                raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username")
-            if (self.sasl_password is None) == (self.sasl_password_file is None):
-                raise ValueError("give exactly one of sasl_password and sasl_password_file")
-        if self.ssl_keyfile is not None and self.ssl_certfile is None:
-            raise ValueError("ssl_keyfile needs ssl_certfile")
+        check_security(self.security_protocol, self.sasl_username, self.sasl_password, self.sasl_password_file,
+                       self.ssl_certfile, self.ssl_keyfile)
         return self
 
     def producer_config(self) -> dict[str, Any]:
@@ -132,23 +128,12 @@ class KafkaSettings(BaseModel):
             "max_batch_size": self.max_batch_bytes,
             "max_request_size": self.max_request_bytes,
             "request_timeout_ms": self.request_timeout_ms,
-            "security_protocol": self.security_protocol,
         }
-        if self.security_protocol in ("SSL", "SASL_SSL"):
-            context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
-            context.check_hostname = self.ssl_check_hostname
-            if self.ssl_certfile is not None:
-                context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
-            config["ssl_context"] = context
-        if self.security_protocol.startswith("SASL"):
-            if self.sasl_password_file is not None:
-                password = self.sasl_password_file.read_text().rstrip("\r\n")
-            else:
-                assert self.sasl_password is not None
-                password = self.sasl_password.get_secret_value()
-            config |= {"sasl_mechanism": self.sasl_mechanism, "sasl_plain_username": self.sasl_username,
-                       "sasl_plain_password": password}
-        return config
+        return config | security_config(
+            self.security_protocol, cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile,
+            check_hostname=self.ssl_check_hostname, mechanism=self.sasl_mechanism, username=self.sasl_username,
+            password=self.sasl_password, password_file=self.sasl_password_file,
+        )
 
 
 _Outcome = Literal["sent", "failed", "idle", "abandoned"]

@@ -12,8 +12,10 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from telemetry.kafka_security import KafkaSecurityFields
 
 if TYPE_CHECKING:
     from agent.sender import KafkaSettings
@@ -23,7 +25,7 @@ def _default_node() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(BaseSettings, KafkaSecurityFields):
     model_config = SettingsConfigDict(env_prefix="GPUWATCH_", extra="forbid", validate_default=True)
 
     simulate: int = Field(0, ge=0, le=1024, description="simulate N GPUs instead of NVML (0: real NVML)")
@@ -44,15 +46,6 @@ class AgentSettings(BaseSettings):
     kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")
     kafka_topic: str = Field("gpu.telemetry", min_length=1, description="telemetry topic")
     kafka_compression: Literal["zstd", "lz4", "gzip", "none"] = Field("zstd", description="batch compression")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT", description="Kafka security protocol")
-    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle of the brokers")
-    kafka_ssl_certfile: Path | None = Field(None, description="client certificate (mutual TLS)")
-    kafka_ssl_keyfile: Path | None = Field(None, description="client key (mutual TLS)")
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = Field(None, description="prefer kafka_sasl_password_file")
-    kafka_sasl_password_file: Path | None = Field(None, description="file holding the SASL password")
     spool_dir: Path = Field(Path("/var/lib/gpuwatch/spool"), description="on-disk spool while Kafka is down")
     spool_max_mb: int = Field(512, ge=1, le=1 << 20, description="spool bound; the oldest frames go first")
     frame_window: int = Field(10, ge=1, le=3600, description="records per frame at most")

@@ -1,5 +1,8 @@
 """The collector's one settings model: environment (``GPUWATCH_*``) and flags.
 
+Kafka's TLS/SASL settings (``kafka_security_protocol``, ``kafka_sasl_password_file``...) are
+the agent's, named the same (:class:`telemetry.kafka_security.KafkaSecurityFields`).
+
 The database DSN carries a password in most deployments: it is a ``SecretStr`` (never in
 a repr or a log line) and may come from a file (a mounted Kubernetes secret) instead of
 the environment.
@@ -12,8 +15,10 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from telemetry.kafka_security import KafkaSecurityFields
 
-class CollectorSettings(BaseSettings):
+
+class CollectorSettings(BaseSettings, KafkaSecurityFields):
     model_config = SettingsConfigDict(env_prefix="GPUWATCH_", extra="forbid", validate_default=True)
 
     db: SecretStr | None = Field(None, description="PostgreSQL DSN")
@@ -25,6 +30,8 @@ class CollectorSettings(BaseSettings):
     max_batch: int = Field(5000, ge=1, le=100_000, description="messages per batch")
     maintenance_interval: float = Field(60.0, gt=0, description="seconds between rollup/retention runs")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    detect: bool = Field(True, description="run anomaly detection on what this replica stores (off: ingest only, "
+                         "for a fleet whose detection runs in replicas of its own)")
 
     @model_validator(mode="after")
     def _dsn(self) -> CollectorSettings:
