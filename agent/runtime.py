@@ -28,6 +28,7 @@ from agent.driver.base import Driver
 from agent.readers import READERS
 from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
+from agent.transitions import GpuTransitions
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class _GpuState:
     slow_next: dict[str, float] = field(default_factory=dict)
     samples: int = 0
     effective_interval: float = 0.0
+    transitions: GpuTransitions | None = None  # throttling and ECC events from the samples
 
 
 class Agent:
@@ -201,6 +203,10 @@ class Agent:
             self.latest[t.key] = record
         for sink in self.record_sinks:
             sink(record)
+        if st.transitions is None:
+            st.transitions = GpuTransitions(self.node, t.key)
+        for event in st.transitions.update(record.ts, record.metrics):
+            self._emit(event)
         if len(self.latest) == len(self.targets):
             self.ready.set()
 

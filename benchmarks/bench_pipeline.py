@@ -301,7 +301,8 @@ class Infra:
                 raise RuntimeError(f"creating topic {topic}: error {code} {message}")
 
     # ---- the collector ----
-    def start_collector(self, max_batch: int, profile: str | None = None, fetch_max_wait_ms: int | None = None) -> None:
+    def start_collector(self, max_batch: int, profile: str | None = None, fetch_max_wait_ms: int | None = None,
+                        detect: bool = False) -> None:
         cmd = [sys.executable]
         if profile:
             cmd += ["-m", "cProfile", "-o", profile]
@@ -309,7 +310,9 @@ class Infra:
             cmd += ["-m", "gpuwatch"]
         else:  # the collector as shipped, but its consumer's fetch_max_wait_ms changed (an experiment)
             cmd += [str(Path(__file__).resolve()), "_collector", "--fetch-max-wait-ms", str(fetch_max_wait_ms), "--"]
-        cmd += ["collector", "--db", self.dsn, "--kafka-bootstrap", self.bootstrap, "--log-level", "INFO"]
+        # the REST API off: ingest is what is measured (the API serves reads, not this path)
+        cmd += ["collector", "--db", self.dsn, "--kafka-bootstrap", self.bootstrap, "--log-level", "INFO",
+                "--api-port", "-1"] + ([] if detect else ["--no-detect"])
         env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUWATCH_MAX_BATCH": str(max_batch)}
         self.collector = subprocess.Popen(cmd, stdout=self.collector_log.open("ab"), stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
@@ -852,7 +855,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
         })
         meter.start()
         t_launch = time.monotonic()
-        infra.start_collector(args.max_batch, args.profile)
+        infra.start_collector(args.max_batch, args.profile, detect=args.detect)
         total = fleet["n_frames"]
         timeline: list[tuple[float, int]] = []
         t_ready: float | None = None  # the collector printed "consuming ..." (imported, migrated, connected)
@@ -936,6 +939,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
                            "base_gpus_per_fleet": BASE_GPUS, "partitions": args.partitions,
                            "collector_max_batch": args.max_batch, "producer_compression": "zstd",
                            "synchronous_commit": args.synchronous_commit, "broker": "tansu, memory:// storage",
+                           "anomaly_detection": args.detect,
                            "collector": "python -m gpuwatch collector (subprocess)"
                                         + (" under cProfile" if args.profile else "")},
             "postgresql": {"settings_requested": {**PG_SETTINGS, "synchronous_commit": args.synchronous_commit},
@@ -972,7 +976,8 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
 def _print_ingest(r: dict[str, Any]) -> None:
     p, c = r["pipeline"], r["ceilings"]
     print(f"\n## Sustained ingest, one collector (synchronous_commit={r['parameters']['synchronous_commit']}, "
-          f"fsync={r['postgresql']['settings'].get('fsync')})\n")
+          f"fsync={r['postgresql']['settings'].get('fsync')}, "
+          f"anomaly detection {'on' if r['parameters'].get('anomaly_detection') else 'off'})\n")
     print(f"{r['parameters']['gpus']:,} GPUs x {r['parameters']['seconds']} s at 1 Hz = {p['gpu_samples']:,} "
           f"GPU-samples ({p['metric_values_per_row']} metric values and "
           f"{p['process_rows'] / p['gpu_samples']:.2f} process rows each), "
@@ -1248,7 +1253,8 @@ async def _freshness(args: argparse.Namespace) -> dict[str, Any]:
         infra.start_pg()
         infra.start_tansu()
         await infra.create_topics()
-        infra.start_collector(args.max_batch, args.profile, fetch_max_wait_ms=args.fetch_max_wait_ms)
+        infra.start_collector(args.max_batch, args.profile, fetch_max_wait_ms=args.fetch_max_wait_ms,
+                              detect=args.detect)
         clones = _clones(args.gpus, BASE_GPUS * args.base_fleets)
         step = max(1, args.gpus // args.track_gpus)
         tracked = [c.gpu for c in clones[::step]][:args.track_gpus]
@@ -1387,7 +1393,8 @@ async def _freshness(args: argparse.Namespace) -> dict[str, Any]:
                                        else "one per node, one shared Sender"),
                            "prerendered": args.prerendered, "poll_ms": args.poll_ms,
                            "collector_profiled": bool(args.profile), "tracked_gpus": len(tracked),
-                           "synchronous_commit": args.synchronous_commit, "broker": "tansu, memory:// storage"},
+                           "synchronous_commit": args.synchronous_commit, "broker": "tansu, memory:// storage",
+                           "anomaly_detection": args.detect},
             "postgresql": {"settings_requested": {**PG_SETTINGS, "synchronous_commit": args.synchronous_commit},
                            "settings": settings},
             "machine_load_before_start": quiet,
@@ -1493,6 +1500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.add_argument("--max-batch", type=int, default=5000, help="collector messages per batch (its default)")
     common.add_argument("--base-fleets", type=int, default=4, help="simulated fleets of 8 GPUs the clones come from")
     common.add_argument("--json", help="write the result here")
+    common.add_argument("--detect", action="store_true",
+                        help="run the collector with anomaly detection on (default: ingest only, --no-detect)")
     common.add_argument("--wait-quiet", type=float, default=60.0,
                         help="wait up to this many seconds for other processes to leave the CPU before measuring")
 

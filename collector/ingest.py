@@ -97,6 +97,8 @@ class Ingestor:
     # offsets already stored per partition (from the last commit): below them, undecodable
     # deltas are expected after a rewind and are skipped rather than dead-lettered
     stored_below: dict[int, int] = field(default_factory=dict)
+    # called with each batch's records and events after the store committed them (detection)
+    on_committed: Callable[[Sequence[GpuRecord], Sequence[EventRecord]], None] | None = None
     _streams: dict[tuple[int, str], _GpuStream] = field(default_factory=dict)
     # the decoded form of a batch whose write failed, reused when the caller retries it
     _prepared: tuple[tuple[int, int, int, int], Prepared] | None = None
@@ -147,6 +149,8 @@ class Ingestor:
             self._prepared = (key, (result, frames, events, dead))
             raise
         self._prepared = None
+        if self.on_committed is not None:
+            self.on_committed(records, [e for _, e in events])
         for msg, reason in dead:
             await self.dead_letter(msg, reason)
             self.counters["dead_lettered"] += 1

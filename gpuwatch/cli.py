@@ -12,9 +12,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gpuwatch import cmd_agent, cmd_catalog, cmd_collector, cmd_export, cmd_frames, cmd_up
+from gpuwatch import (
+    cmd_agent,
+    cmd_catalog,
+    cmd_collector,
+    cmd_export,
+    cmd_frames,
+    cmd_replay,
+    cmd_token,
+    cmd_top,
+    cmd_up,
+)
 
-_COMMANDS = (cmd_up, cmd_agent, cmd_collector, cmd_export, cmd_frames, cmd_catalog)
+_COMMANDS = (cmd_up, cmd_agent, cmd_collector, cmd_export, cmd_frames, cmd_replay, cmd_catalog, cmd_token, cmd_top)
 
 
 def build_parser() -> argparse.ArgumentParser:

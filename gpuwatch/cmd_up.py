@@ -3,8 +3,8 @@
 The node agent (real NVML when a GPU is present, otherwise a simulated fleet, and it says
 so), the in-process transport in place of Kafka, and the collector writing to PostgreSQL:
 an embedded PostgreSQL that ``up`` starts itself in a data directory under the user's
-home, or an existing one with ``--db DSN``. The REST API joins this process with issue 6;
-until then ``up`` prints where /metrics and the database are.
+home, or an existing one with ``--db DSN``. ``up`` also serves the REST API and
+web page (``--api-port``, default 8080) and prints where /metrics, the API and the data are.
 """
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data-dir", type=Path, help="embedded PostgreSQL location (default ~/.local/share/gpuwatch)")
     p.add_argument("--metrics-port", type=int, default=9400, metavar="PORT", help="port of /metrics (default 9400)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of /metrics (default 127.0.0.1)")
+    p.add_argument("--api-port", type=int, metavar="PORT",
+                   help="port of the REST API and web page (default 8080, or a free port if 8080 is taken; "
+                        "0: any free port; -1: off)")
+    p.add_argument("--api-host", default="127.0.0.1", help="address of the REST API (default 127.0.0.1)")
     p.add_argument("--node-name", help="this node's name (default: $NODE_NAME or the hostname)")
+    p.add_argument("--alert-rules", metavar="FILE", help="alert rules YAML (default: detect and store anomalies, "
+                   "send nothing)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until SIGTERM)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     p.set_defaults(func=run)
@@ -120,6 +126,31 @@ async def serve(args: argparse.Namespace) -> int:
         log.warning("dead-lettered message %d: %s", msg.offset, reason)
 
     ingestor = Ingestor(store, dead_letter, validate, validate_event)
+    from collector.alerting.service import from_rules_file
+
+    detection = from_rules_file(store.pool, args.alert_rules)
+    ingestor.on_committed = detection.on_committed
+    api = None
+    if args.api_port is None or args.api_port >= 0:
+        from collector.api.context import IngestStats
+        from collector.api.server import ApiServer
+        from collector.api.settings import ApiSettings
+
+        ports = [8080, 0] if args.api_port is None else [args.api_port]
+        for port in ports:
+            api = ApiServer(store.pool, ApiSettings.model_validate({"host": args.api_host, "port": port}),
+                            IngestStats(counters=lambda: ingestor.counters))
+            try:
+                await api.start()
+                break
+            except OSError as exc:
+                print(f"gpuwatch up: the API cannot listen on {args.api_host}:{port}: {exc}", file=sys.stderr)
+                api = None
+        if api is None:
+            await store.close()
+            if pg is not None:
+                pg.stop()
+            return 1
     loop = asyncio.get_running_loop()
     transport = InProcessTransport(loop)
     agent = build_agent(settings)
@@ -135,7 +166,10 @@ async def serve(args: argparse.Namespace) -> int:
     print(f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}\n"
           f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics\n"
           f"  database: {where} (profile {store.profile})\n"
-          f"  API:      not yet served (arrives with the REST API)", flush=True)
+          + (f"  API:      {api.url}/api/v1 (web page {api.url}/, collector metrics {api.url}/metrics; "
+             f"tokens: gpuwatch token create --db {'DSN' if args.db else repr(dsn)} --role viewer)"
+             if api else "  API:      off"),
+          flush=True)
 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -168,7 +202,7 @@ async def serve(args: argparse.Namespace) -> int:
             except TimeoutError:
                 continue
 
-    tasks = [asyncio.create_task(consume()), asyncio.create_task(maintain())]
+    tasks = [asyncio.create_task(consume()), asyncio.create_task(maintain()), asyncio.create_task(detection.run(stop))]
     await stop.wait()
     server.stop()
     agent.stop()
@@ -177,6 +211,9 @@ async def serve(args: argparse.Namespace) -> int:
     await asyncio.gather(*tasks, return_exceptions=True)
     async for batch in transport.drain():
         await store_batch(batch)
+    if api is not None:  # after the agent and the drain: stopping it first lets frames pile up meanwhile
+        await api.stop()
+    await detection.close()
     await store.close()
     if pg is not None:
         pg.stop()

@@ -38,10 +38,15 @@ class InProcessTransport:
 
     async def batch(self, max_records: int = 2000, max_wait: float = 0.2) -> list[Inbound]:
         """Wait up to ``max_wait`` for the first message, then take what is queued (up to a cap)."""
-        try:
-            first = await asyncio.wait_for(self._queue.get(), max_wait)
-        except TimeoutError:
-            return []
+        if not self._queue.empty():
+            # what is queued is taken at once: wait_for with a zero timeout cancels get()
+            # before it runs, so drain() would never see an item
+            first = self._queue.get_nowait()
+        else:
+            try:
+                first = await asyncio.wait_for(self._queue.get(), max_wait)
+            except TimeoutError:
+                return []
         out = [self._inbound(first)]
         while len(out) < max_records and not self._queue.empty():
             out.append(self._inbound(self._queue.get_nowait()))

@@ -1,0 +1,146 @@
+"""GPU incident suite: recall, precision and detection latency of the detectors, per kind.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/incidents/evaluate.py                       # 4 nodes x 8 GPUs x 3 h, seeds 1-3
+    .venv/bin/python benchmarks/incidents/evaluate.py --seeds 1 --hours 1 --json out.json
+    .venv/bin/python benchmarks/incidents/evaluate.py --write-trace t.jsonl --seeds 1   # also the trace itself
+
+Matching: an anomaly detects an incident when it has the incident's kind and GPU and
+starts between the fault's onset and 60 s after the incident ends; only the first such
+anomaly counts, and any anomaly that detects no incident is a false positive (so an
+anomaly of the wrong kind counts against precision and does not help recall). Latency is
+the anomaly's ``start`` minus the incident's ``start`` (for an idle allocated GPU that is
+the onset plus the configured 10 min, since the detector is asked to wait that long).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from benchmarks.incidents.generate import KINDS, Fleet, Incident
+from collector.detect import Anomaly, DetectionEngine
+
+GRACE = 60.0
+
+
+def match(incidents: list[Incident], anomalies: list[Anomaly]) -> tuple[dict[int, float], set[int]]:
+    """incident index -> latency of its first detection; indices of anomalies that matched."""
+    detected: dict[int, float] = {}
+    used: set[int] = set()
+    by_gpu: dict[tuple[str, str], list[tuple[int, Incident]]] = {}
+    for i, inc in enumerate(incidents):
+        by_gpu.setdefault((inc.gpu, inc.kind), []).append((i, inc))
+    for j, a in sorted(enumerate(anomalies), key=lambda x: x[1].start):
+        for i, inc in by_gpu.get((a.gpu, a.kind), []):
+            if inc.onset <= a.start <= inc.end + GRACE:
+                used.add(j)
+                if i not in detected:
+                    detected[i] = max(0.0, a.start - inc.start)
+                break
+    return detected, used
+
+
+def evaluate(seeds: list[int], nodes: int, hours: float, write_trace: str | None = None) -> dict[str, Any]:
+    per_kind: dict[str, dict[str, Any]] = {k: {"incidents": 0, "detected": 0, "anomalies": 0, "false_positives": 0,
+                                               "latencies": []} for k in KINDS}
+    fp_examples: list[dict[str, Any]] = []
+    missed: list[dict[str, Any]] = []
+    records = 0
+    detect_s = 0.0
+    for seed in seeds:
+        fleet = Fleet(nodes=nodes, hours=hours, seed=seed)
+        engine = DetectionEngine()
+        anomalies: list[Anomaly] = []
+        out = open(write_trace, "w", encoding="utf-8") if write_trace else None  # noqa: SIM115
+        for rec in fleet.records():
+            if out is not None:
+                out.write(rec.to_json() + "\n")
+            records += 1
+            t0 = time.perf_counter()
+            for ch in engine.feed(rec):
+                if ch.action == "open":
+                    anomalies.append(ch.anomaly)
+            detect_s += time.perf_counter() - t0
+        if out is not None:
+            out.close()
+            write_trace = None  # only the first seed's trace
+        detected, used = match(fleet.incidents, anomalies)
+        for i, inc in enumerate(fleet.incidents):
+            row = per_kind[inc.kind]
+            row["incidents"] += 1
+            if i in detected:
+                row["detected"] += 1
+                row["latencies"].append(detected[i])
+            elif len(missed) < 30:
+                missed.append({"seed": seed, **inc.to_dict()})
+        for j, a in enumerate(anomalies):
+            per_kind.setdefault(a.kind, {"incidents": 0, "detected": 0, "anomalies": 0, "false_positives": 0,
+                                         "latencies": []})
+            per_kind[a.kind]["anomalies"] += 1
+            if j not in used:
+                per_kind[a.kind]["false_positives"] += 1
+                if len(fp_examples) < 30:
+                    fp_examples.append({"seed": seed, **a.to_dict()})
+    all_lat = [x for r in per_kind.values() for x in r["latencies"]]
+    incidents = sum(r["incidents"] for r in per_kind.values())
+    found = sum(r["detected"] for r in per_kind.values())
+    n_anom = sum(r["anomalies"] for r in per_kind.values())
+    fps = sum(r["false_positives"] for r in per_kind.values())
+    table = {}
+    for kind, r in per_kind.items():
+        lat = sorted(r["latencies"])
+        table[kind] = {
+            "incidents": r["incidents"], "detected": r["detected"],
+            "recall": r["detected"] / r["incidents"] if r["incidents"] else None,
+            "anomalies": r["anomalies"], "false_positives": r["false_positives"],
+            "precision": (r["anomalies"] - r["false_positives"]) / r["anomalies"] if r["anomalies"] else None,
+            "median_latency_s": statistics.median(lat) if lat else None,
+            "max_latency_s": lat[-1] if lat else None,
+        }
+    return {
+        "seeds": seeds, "nodes": nodes, "gpus": nodes * 8, "hours": hours, "records": records,
+        "incidents": incidents, "detected": found, "recall": found / incidents if incidents else None,
+        "anomalies": n_anom, "false_positives": fps, "precision": (n_anom - fps) / n_anom if n_anom else None,
+        "median_latency_s": statistics.median(all_lat) if all_lat else None,
+        "detect_records_per_s": records / detect_s if detect_s else None,
+        "per_kind": table, "false_positive_examples": fp_examples, "missed_examples": missed,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (one trace each)")
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--hours", type=float, default=3.0)
+    p.add_argument("--json", help="write the full result here")
+    p.add_argument("--write-trace", help="also write the first seed's trace as JSON Lines")
+    args = p.parse_args()
+    result = evaluate([int(s) for s in args.seeds.split(",")], args.nodes, args.hours, args.write_trace)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"{result['records']} records, {result['incidents']} incidents, {result['anomalies']} anomalies")
+    print(f"recall {result['recall']:.3f}  precision {result['precision']:.3f}  "
+          f"median latency {result['median_latency_s']} s  detect {result['detect_records_per_s']:.0f} records/s")
+    print(f"{'kind':20} {'inc':>4} {'det':>4} {'recall':>7} {'anom':>5} {'FP':>4} "
+          f"{'prec':>6} {'med lat':>8} {'max':>6}")
+    for kind, r in result["per_kind"].items():
+        def f(x: Any, spec: str) -> str:
+            return format(x, spec) if x is not None else "-"
+        print(f"{kind:20} {r['incidents']:4d} {r['detected']:4d} {f(r['recall'], '7.3f')} {r['anomalies']:5d} "
+              f"{r['false_positives']:4d} {f(r['precision'], '6.3f')} {f(r['median_latency_s'], '8.1f')} "
+              f"{f(r['max_latency_s'], '6.0f')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The collector's detection and alerting service: stored records in, anomalies and alerts out.
+
+Why it hangs off the ingest commit: detectors must see each record once and only records
+that are stored, so the ingestor calls :meth:`DetectionService.on_committed` after every
+successful store write. That call is synchronous and cheap (the detectors are pure
+Python over the batch); database work happens in :meth:`flush` (anomalies, alert rows
+and outbox rows in one transaction) and :meth:`dispatch` (sending the outbox), which
+:meth:`run` calls about once a second. Time for for-durations and repeats is the newest
+record time, like the detectors'. :meth:`close` flushes and sends what is due, bounded by
+a timeout, so a clean shutdown loses nothing and a crash loses nothing stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from collector.alerting import outbox, store
+from collector.alerting.delivery import DEFAULT_POLICY, RetryPolicy, Transport, UrllibTransport
+from collector.alerting.router import Router
+from collector.alerting.rules import RuleSet
+from collector.alerting.silences import Silence, load_active
+from collector.detect.engine import Change, DetectionEngine
+from telemetry.records import EventRecord, GpuRecord
+
+log = logging.getLogger(__name__)
+
+
+class DetectionService:
+    def __init__(self, pool: Any, rules: RuleSet | None = None, *, engine: DetectionEngine | None = None,
+                 transport: Transport | None = None, policy: RetryPolicy = DEFAULT_POLICY,
+                 silence_refresh_s: float = 10.0) -> None:
+        self.pool = pool
+        self.rules = rules or RuleSet()
+        self.engine = engine or DetectionEngine()
+        self.router = Router(self.rules)
+        self.transport = transport or UrllibTransport()
+        self.policy = policy
+        self.silence_refresh_s = silence_refresh_s
+        self.counters: Counter[str] = Counter()
+        self._changes: list[Change] = []
+        self._now = 0.0
+        self._silences: list[Silence] = []
+        self._silences_at = -1e18
+        self._lock = asyncio.Lock()
+
+    # ---- the ingest hook ----
+    def on_committed(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> None:
+        feed = self.engine.feed
+        for record in records:
+            self._changes.extend(feed(record))
+            if record.ts > self._now:
+                self._now = record.ts
+        for event in events:
+            self._changes.extend(self.engine.feed_event(event))
+        self.counters["records"] += len(records)
+
+    # ---- database work ----
+    async def flush(self) -> int:
+        """Persist anomaly changes and alert decisions; returns the outbox rows enqueued."""
+        async with self._lock:
+            changes, self._changes = self._changes, []
+            if not changes and self._now <= 0:
+                return 0
+            wall = time.time()
+            if wall - self._silences_at >= self.silence_refresh_s:
+                async with self.pool.acquire() as conn:
+                    self._silences = await load_active(conn, datetime.fromtimestamp(wall, UTC))
+                self._silences_at = wall
+            for change in changes:
+                self.router.on_change(change, self._now)
+            alerts, notes = self.router.tick(self._now, self._silences, wall)
+            rows = outbox.rows_for(notes, self.rules.channels)
+            anomalies = list({id(c.anomaly): c.anomaly for c in changes}.values())
+            anomalies += [a.anomaly for a in alerts if id(a.anomaly) not in {id(x) for x in anomalies}]
+            if not anomalies and not alerts and not rows:
+                return 0
+            async with self.pool.acquire() as conn, conn.transaction():
+                ids = await store.upsert_anomalies(conn, anomalies)
+                await store.upsert_alerts(conn, alerts, ids)
+                enqueued = await outbox.enqueue(conn, rows)
+            self.counters["anomalies_opened"] += sum(1 for c in changes if c.action == "open")
+            self.counters["notifications"] += enqueued
+            return enqueued
+
+    async def dispatch(self) -> outbox.DispatchStats:
+        stats = await outbox.dispatch(self.pool, self.rules.channels, self.transport, policy=self.policy)
+        self.counters["sent"] += stats.sent
+        self.counters["send_failed"] += stats.failed
+        if stats.failed:
+            log.warning("%d alert notifications failed for good (see alert_outbox.last_error)", stats.failed)
+        return stats
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
+        while not stop.is_set():
+            try:
+                await self.flush()
+                await self.dispatch()
+            except OSError as exc:
+                log.warning("detection service: database unavailable (%s); retrying", exc)
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+            except TimeoutError:
+                continue
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Flush and send what is due, within ``timeout_s``; what is left stays in the outbox."""
+        try:
+            await asyncio.wait_for(self._final(), timeout_s)
+        except TimeoutError:
+            log.warning("detection service: shutdown timed out; unsent notifications stay in the outbox")
+
+    async def _final(self) -> None:
+        await self.flush()
+        await self.dispatch()
+
+
+def from_rules_file(pool: Any, path: str | None) -> DetectionService:
+    """The service with the rules of ``path`` (none: detection only, anomalies stored, nothing sent).
+
+    Each bad rule is logged with its file and line and counted (``rule_errors``); the
+    good ones still work, so a typo never takes alerting down.
+    """
+    from collector.alerting.rules import load_rules
+
+    rules = load_rules(path) if path else RuleSet()
+    for error in rules.errors:
+        log.error("alert rules: %s", error)
+    from collector.detect.finding import DetectorConfig
+
+    config = DetectorConfig() if rules.idle_after_s is None else DetectorConfig(idle_after_s=rules.idle_after_s)
+    service = DetectionService(pool, rules, engine=DetectionEngine(config))
+    service.counters["rule_errors"] = len(rules.errors)
+    if path:
+        log.info("alert rules: %d rules, %d channels from %s", len(rules.rules), len(rules.channels), path)
+    return service

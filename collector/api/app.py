@@ -1,0 +1,74 @@
+"""The FastAPI application: ``/api/v1`` routes, ``/metrics``, the web page.
+
+Why a factory: the collector, ``gpuwatch up``, tests and benchmarks each build one app
+over their own pool and settings; nothing is global. CORS stays off unless origins are
+configured. The OpenAPI document declares the JSON error body for every error status,
+422 included (FastAPI's own validation schema is replaced), so clients and Schemathesis
+can rely on one shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import Response
+
+from collector.api import errors, metrics, routes_admin, routes_fleet, routes_records, web
+from collector.api.context import ApiContext, IngestStats
+from collector.api.principal import TokenCache
+from collector.api.settings import ApiSettings
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(pool: Any, settings: ApiSettings | None = None, stats: IngestStats | None = None) -> FastAPI:
+    cfg = settings or ApiSettings.model_validate({})
+    app = FastAPI(
+        title="gpuwatch",
+        version="1",
+        description=(__import__("collector.api", fromlist=["__doc__"]).__doc__ or ""),
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.ctx = ApiContext(pool=pool, settings=cfg, stats=stats or IngestStats(),
+                               token_cache=TokenCache(cfg.token_cache_seconds))
+    errors.install(app)
+    for module in (routes_fleet, routes_records, routes_admin):
+        app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(web.router)
+    rate = metrics.RateWindow()
+
+    @app.get("/metrics", include_in_schema=False)
+    async def collector_metrics() -> Response:
+        return Response(await metrics.render(app.state.ctx, rate), media_type="text/plain; version=0.0.4")
+
+    if cfg.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=cfg.cors_origins, allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"])
+    _error_schema_for_422(app)
+    return app
+
+
+def _error_schema_for_422(app: FastAPI) -> None:
+    """Make the document's 422 answers use :class:`errors.ErrorBody`, as the handler does."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = build()
+        ref = {"$ref": "#/components/schemas/ErrorBody"}
+        for path in doc.get("paths", {}).values():
+            for op in path.values():
+                answer = op.get("responses", {}).get("422")
+                if answer is not None:
+                    answer["content"] = {"application/json": {"schema": ref}}
+        for name in ("HTTPValidationError", "ValidationError"):
+            doc.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]

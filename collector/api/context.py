@@ -1,0 +1,41 @@
+"""What every handler needs, held once per app: the database pool, settings, live stats.
+
+Why a plain object on ``app.state``: handlers get it through one FastAPI dependency,
+tests build an app over any pool, and nothing here is a module-level global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from collector.api.principal import TokenCache
+from collector.api.settings import ApiSettings
+
+
+@dataclass(slots=True)
+class IngestStats:
+    """Live figures of the ingest side, read at each ``/metrics`` scrape.
+
+    ``counters`` returns the ingestor's counters (records, events, dead_lettered...),
+    ``lag`` the consumer's lag per partition (empty without Kafka).
+    """
+
+    counters: Callable[[], Mapping[str, int]] = dict
+    lag: Callable[[], Mapping[int, int]] = dict
+
+
+@dataclass(slots=True)
+class ApiContext:
+    pool: Any
+    settings: ApiSettings
+    stats: IngestStats = field(default_factory=IngestStats)
+    token_cache: TokenCache = field(default_factory=lambda: TokenCache(10.0))
+
+
+def get_context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx

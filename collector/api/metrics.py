@@ -1,0 +1,124 @@
+"""The collector's own ``/metrics``: ingest, consumer lag, database latency, anomalies, services.
+
+Why computed at scrape time: the figures come from three places (the ingestor's and
+consumer's counters in memory, a database round trip, and the store's current state),
+and a Prometheus scrape every 15-60 s is the only reader; there is nothing to keep
+up to date in between except the short history that turns the records counter into a
+rate for people reading the page without PromQL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from collector.api import fleet
+from collector.api.context import ApiContext
+from collector.api.principal import Principal
+
+_SM = "DCGM_FI_PROF_SM_ACTIVE"
+_EVERYONE = Principal(0, "metrics", "viewer", None)
+_COUNTERS = (
+    ("records", "gpuwatch_collector_records", "GPU records stored"),
+    ("events", "gpuwatch_collector_events", "GPU events stored"),
+    ("dead_lettered", "gpuwatch_collector_dead_lettered_frames", "frames sent to the dead-letter topic"),
+    ("frames_skipped", "gpuwatch_collector_frames_skipped", "frames skipped (waiting for a keyframe)"),
+    ("duplicate_frames", "gpuwatch_collector_duplicate_frames", "frames seen before (redelivery)"),
+)
+
+
+class RateWindow:
+    """Records per second over the last ``window`` seconds, from counter readings at scrapes."""
+
+    def __init__(self, window: float = 60.0) -> None:
+        self.window = window
+        self._points: deque[tuple[float, int]] = deque()
+
+    def observe(self, value: int, now: float | None = None) -> float:
+        t = time.monotonic() if now is None else now
+        self._points.append((t, value))
+        while len(self._points) > 2 and self._points[1][0] <= t - self.window:
+            self._points.popleft()
+        t0, v0 = self._points[0]
+        return (value - v0) / (t - t0) if t > t0 else 0.0
+
+
+class _Snapshot:
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Any]:
+        yield from self.families
+
+
+async def render(ctx: ApiContext, rate: RateWindow) -> bytes:
+    families: list[Any] = []
+    counters = dict(ctx.stats.counters())
+    for key, name, doc in _COUNTERS:
+        c = CounterMetricFamily(name, doc)
+        c.add_metric([], float(counters.get(key, 0)))
+        families.append(c)
+    g = GaugeMetricFamily("gpuwatch_collector_ingest_records_per_second", "records stored per second, last minute")
+    g.add_metric([], rate.observe(int(counters.get("records", 0))))
+    families.append(g)
+
+    lag = dict(ctx.stats.lag())
+    g = GaugeMetricFamily("gpuwatch_collector_consumer_lag_messages", "messages behind the partition's end",
+                          labels=["partition"])
+    for partition, behind in sorted(lag.items()):
+        g.add_metric([str(partition)], float(behind))
+    families.append(g)
+    g = GaugeMetricFamily("gpuwatch_collector_consumer_lag_messages_all", "messages behind, all partitions")
+    g.add_metric([], float(sum(lag.values())))
+    families.append(g)
+
+    up = GaugeMetricFamily("gpuwatch_collector_db_up", "1 when the database answered this scrape")
+    ping = GaugeMetricFamily("gpuwatch_collector_db_latency_seconds", "round trip of SELECT 1 at this scrape")
+    try:
+        t0 = time.perf_counter()
+        await ctx.pool.fetchval("SELECT 1")
+        ping.add_metric([], time.perf_counter() - t0)
+        up.add_metric([], 1.0)
+        db_ok = True
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        up.add_metric([], 0.0)
+        db_ok = False
+    families += [up, ping]
+
+    if db_ok:
+        families += await _store_families(ctx)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(families))
+    data: bytes = generate_latest(registry)
+    return data
+
+
+async def _store_families(ctx: ApiContext) -> list[Any]:
+    anomalies = GaugeMetricFamily("gpuwatch_collector_open_anomalies", "anomalies still open", labels=["severity"])
+    try:
+        rows = await ctx.pool.fetch("SELECT severity, count(*) AS n FROM anomalies WHERE end_ts IS NULL GROUP BY 1")
+    except asyncpg.UndefinedTableError:
+        rows = []
+    for r in rows:
+        anomalies.add_metric([r["severity"]], float(r["n"]))
+    gpus = GaugeMetricFamily("gpuwatch_service_gpus", "GPUs a service holds now", labels=["namespace", "service"])
+    sm = GaugeMetricFamily("gpuwatch_service_sm_active", "average SM active of the GPUs a service holds now",
+                           labels=["namespace", "service"])
+    mem = GaugeMetricFamily("gpuwatch_service_memory_used_mib", "process memory a service uses now (MiB)",
+                            labels=["namespace", "service"])
+    for svc in fleet.services(await fleet.fleet(ctx.pool, _EVERYONE), _EVERYONE):
+        labels = [svc.namespace or "", svc.service]
+        gpus.add_metric(labels, float(len(svc.gpus)))
+        active = [g.metrics[_SM] for g in svc.gpus.values() if _SM in g.metrics]
+        if active:
+            sm.add_metric(labels, sum(active) / len(active))
+        used = [h.used_memory_mib for g in svc.gpus.values() for h in g.holders
+                if h.service == svc.service and h.namespace == svc.namespace and h.used_memory_mib is not None]
+        mem.add_metric(labels, float(sum(used)))
+    return [anomalies, gpus, sm, mem]

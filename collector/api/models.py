@@ -1,0 +1,243 @@
+"""The API's response and request bodies, as they appear in the OpenAPI document.
+
+Why explicit models: the OpenAPI document is the contract that Schemathesis checks every
+answer against, and that clients (the web page, ``gpuwatch top``) are written to.
+Times are RFC 3339 strings in objects and epoch seconds in series arrays (compact).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class HolderOut(BaseModel):
+    namespace: str | None
+    pod: str | None
+    service: str | None
+    container: str | None
+    used_memory_mib: float | None
+
+
+class GpuOut(BaseModel):
+    gpu: str
+    node: str
+    model: str | None
+    driver_version: str | None
+    pci_bus_id: str | None
+    mig_profile: str | None
+    parent_gpu: str | None
+    first_seen: datetime
+    last_seen: datetime
+    sample_ts: datetime | None
+    health: Literal["ok", "degraded", "critical", "stale"]
+    reasons: list[str]
+    open_anomalies: int
+    metrics: dict[str, float]
+    holders: list[HolderOut]
+
+
+class GpuList(BaseModel):
+    items: list[GpuOut]
+
+
+class NodeOut(BaseModel):
+    node: str
+    gpu_count: int
+    models: list[str]
+    last_seen: datetime
+    health: dict[str, int] = Field(description="number of GPUs per health status")
+    open_anomalies: int
+
+
+class NodeList(BaseModel):
+    items: list[NodeOut]
+
+
+class NodeDetail(NodeOut):
+    gpus: list[GpuOut]
+
+
+class SeriesOut(BaseModel):
+    gpu: str
+    source: Literal["raw", "1m", "1h"]
+    step_seconds: float
+    start: datetime
+    end: datetime
+    times: list[float] = Field(description="bucket starts, epoch seconds")
+    series: dict[str, list[float | None]] = Field(description="metric key -> one value per time (null: no reading)")
+
+
+class ServiceGpu(BaseModel):
+    gpu: str
+    node: str
+    model: str | None
+
+
+class ServiceOut(BaseModel):
+    namespace: str | None
+    service: str
+    pods: list[str]
+    gpu_count: int
+    gpus: list[ServiceGpu]
+
+
+class ServiceList(BaseModel):
+    items: list[ServiceOut]
+
+
+class UsageOut(BaseModel):
+    gpu_seconds: float
+    gpus: float = Field(description="average GPUs held: GPU-seconds / the period (step, or the whole range)")
+    sm_active: float | None
+    tensor_active: float | None
+    memory_used_mib: float | None
+    energy_kwh: float
+    cost: float
+
+
+class StepOut(UsageOut):
+    t: float = Field(description="step start, epoch seconds")
+
+
+class PodOut(UsageOut):
+    namespace: str | None
+    pod: str | None
+
+
+class HistoryOut(BaseModel):
+    service: str
+    namespace: str | None
+    start: datetime
+    end: datetime
+    step_seconds: float
+    price_per_gpu_hour: float
+    currency: str
+    steps: list[StepOut]
+    pods: list[PodOut]
+    total: UsageOut
+
+
+class EventOut(BaseModel):
+    ts: datetime
+    node: str
+    gpu: str
+    kind: str
+    code: int | None
+    detail: str
+
+
+class EventPage(BaseModel):
+    items: list[EventOut]
+    next_cursor: str | None
+
+
+class AnomalyOut(BaseModel):
+    id: int
+    fingerprint: str
+    kind: str
+    severity: str
+    gpu: str | None
+    node: str | None
+    namespace: str | None
+    pod: str | None
+    service: str | None
+    metric: str | None
+    start_ts: datetime
+    end_ts: datetime | None
+    summary: str
+    causes: Any
+
+
+class AnomalyPage(BaseModel):
+    items: list[AnomalyOut]
+    next_cursor: str | None
+
+
+class AlertOut(BaseModel):
+    id: int
+    rule: str
+    fingerprint: str
+    status: str
+    severity: str
+    namespace: str | None
+    service: str | None
+    gpu: str | None
+    node: str | None
+    summary: str
+    labels: dict[str, Any]
+    starts_at: datetime
+    ends_at: datetime | None
+    anomaly_id: int | None
+    updated_at: datetime
+
+
+class AlertPage(BaseModel):
+    items: list[AlertOut]
+    next_cursor: str | None
+
+
+class SilenceOut(BaseModel):
+    id: int
+    matchers: dict[str, Any]
+    starts_at: datetime
+    ends_at: datetime
+    created_by: str | None
+    comment: str | None
+    created_at: datetime
+
+
+class SilencePage(BaseModel):
+    items: list[SilenceOut]
+    next_cursor: str | None
+
+
+class SilenceIn(BaseModel):
+    matchers: dict[str, str] = Field(min_length=1, description="label -> value; an alert matches when all match")
+    starts_at: datetime | None = None
+    ends_at: datetime | None = Field(None, description="end of the silence (default: starts_at + duration)")
+    duration_seconds: float | None = Field(None, gt=0, le=366 * 86400)
+    comment: str | None = Field(None, max_length=1000)
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str
+    prefix: str
+    role: Literal["viewer", "operator", "admin"]
+    namespaces: list[str] | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenList(BaseModel):
+    items: list[TokenOut]
+
+
+class TokenIn(BaseModel):
+    role: Literal["viewer", "operator", "admin"]
+    namespaces: list[str] | None = Field(None, description="limit the token to these namespaces (none: all)")
+    name: str = Field("", max_length=200)
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the token; shown only in this answer")
+
+
+class MeOut(BaseModel):
+    token_id: int
+    name: str
+    role: Literal["viewer", "operator", "admin"]
+    namespaces: list[str] | None
+
+
+class SettingsOut(BaseModel):
+    price_per_gpu_hour: float
+    currency: str
+    max_points: int
+    token_cache_seconds: float
+    cors_origins: list[str]
+    tls: bool

@@ -1,0 +1,146 @@
+"""``/events``, ``/anomalies``, ``/alerts`` and ``/silences``: filters and cursor pages."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import asyncpg
+from fastapi import APIRouter, Depends, Path, Query
+
+from collector.api import records
+from collector.api.auth import Ctx, Operator, Viewer
+from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, not_found, reject_nul
+from collector.api.models import (
+    AlertPage,
+    AnomalyPage,
+    EventPage,
+    SilenceIn,
+    SilenceOut,
+    SilencePage,
+)
+from collector.api.params import decode_cursor, parse_time
+
+router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(reject_nul)])
+
+Text = Annotated[str | None, Query(max_length=253)]
+TimeParam = Annotated[str | None, Query(max_length=64, description="RFC 3339 or epoch seconds")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="rows per page")]
+Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of the previous page")]
+
+
+def _range(start: str | None, end: str | None, default_span: timedelta) -> tuple[datetime, datetime]:
+    end_t = parse_time(end, "end", datetime.now(UTC))
+    start_t = parse_time(start, "start", end_t - default_span)
+    if start_t >= end_t:
+        raise bad_request("start", "start must be before end")
+    return start_t, end_t
+
+
+def _tables_missing() -> ApiError:
+    return ApiError(503, "not_installed", "the anomaly and alert tables do not exist yet (migration 0020)")
+
+
+@router.get("/events", response_model=EventPage, summary="GPU events (XID, ECC, throttling...), newest first")
+async def list_events(
+    ctx: Ctx, who: Viewer, start: TimeParam = None, end: TimeParam = None, node: Text = None, gpu: Text = None,
+    kind: Text = None, limit: Limit = 100, cursor: Cursor = None,
+) -> EventPage:
+    start_t, end_t = _range(start, end, timedelta(days=7))
+    page = await records.events(
+        ctx.pool, who, start=start_t, end=end_t, node=node, gpu=gpu, kind=kind, limit=limit,
+        cursor=decode_cursor(cursor, (datetime, str, str, int)),
+    )
+    return EventPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
+
+
+Status = Annotated[str | None, Query(pattern="^(open|closed)$", description="open or closed")]
+
+
+@router.get("/anomalies", response_model=AnomalyPage, summary="detected anomalies, newest first")
+async def list_anomalies(
+    ctx: Ctx, who: Viewer, start: TimeParam = None, end: TimeParam = None, status: Status = None,
+    kind: Text = None, severity: Text = None, gpu: Text = None, node: Text = None, namespace: Text = None,
+    service: Text = None, limit: Limit = 100, cursor: Cursor = None,
+) -> AnomalyPage:
+    start_t, end_t = _range(start, end, timedelta(days=7))
+    filters = {"kind": kind, "severity": severity, "gpu": gpu, "node": node, "namespace": namespace,
+               "service": service}
+    try:
+        page = await records.anomalies(ctx.pool, who, start=start_t, end=end_t, filters=filters, status=status,
+                                       limit=limit, cursor=decode_cursor(cursor, (int,)))
+    except asyncpg.UndefinedTableError:
+        raise _tables_missing() from None
+    return AnomalyPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
+
+
+AlertStatus = Annotated[str | None, Query(pattern="^(firing|resolved)$", description="firing or resolved")]
+
+
+@router.get("/alerts", response_model=AlertPage, summary="alerts, newest first")
+async def list_alerts(
+    ctx: Ctx, who: Viewer, start: TimeParam = None, end: TimeParam = None, status: AlertStatus = None,
+    severity: Text = None, rule: Text = None, namespace: Text = None, service: Text = None, gpu: Text = None,
+    node: Text = None, limit: Limit = 100, cursor: Cursor = None,
+) -> AlertPage:
+    start_t, end_t = _range(start, end, timedelta(days=7))
+    filters = {"status": status, "severity": severity, "rule": rule, "namespace": namespace, "service": service,
+               "gpu": gpu, "node": node}
+    try:
+        page = await records.alerts(ctx.pool, who, start=start_t, end=end_t, filters=filters, limit=limit,
+                                    cursor=decode_cursor(cursor, (int,)))
+    except asyncpg.UndefinedTableError:
+        raise _tables_missing() from None
+    return AlertPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
+
+
+@router.get("/silences", response_model=SilencePage, summary="alert silences, newest first (operator)")
+async def list_silences(
+    ctx: Ctx, who: Operator, active: Annotated[bool, Query(description="only silences not yet ended")] = False,
+    limit: Limit = 100, cursor: Cursor = None,
+) -> SilencePage:
+    try:
+        page = await records.silences(ctx.pool, who, active_only=active, limit=limit,
+                                      cursor=decode_cursor(cursor, (int,)))
+    except asyncpg.UndefinedTableError:
+        raise _tables_missing() from None
+    return SilencePage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
+
+
+@router.post("/silences", response_model=SilenceOut, status_code=201, summary="silence matching alerts (operator)")
+async def create_silence(ctx: Ctx, who: Operator, body: SilenceIn) -> SilenceOut:
+    now = datetime.now(UTC)
+    starts = body.starts_at.astimezone(UTC) if body.starts_at is not None and body.starts_at.tzinfo else None
+    if body.starts_at is not None and starts is None:
+        raise bad_request("starts_at", "needs an offset (Z or +hh:mm)")
+    if body.ends_at is not None:
+        if body.ends_at.tzinfo is None:
+            raise bad_request("ends_at", "needs an offset (Z or +hh:mm)")
+        ends = body.ends_at.astimezone(UTC)
+    elif body.duration_seconds is not None:
+        ends = (starts or now) + timedelta(seconds=body.duration_seconds)
+    else:
+        raise bad_request("ends_at", "give ends_at or duration_seconds")
+    if ends <= (starts or now):
+        raise bad_request("ends_at", "must be after the start (and in the future)")
+    if who.scoped and not who.sees_namespace(body.matchers.get("namespace")):
+        raise ApiError(403, "forbidden", "a namespace-scoped token may only silence alerts of its namespaces: "
+                       f"matchers must include namespace = one of {list(who.namespaces or ())}", field="matchers")
+    created_by = f"token {who.token_id}" + (f" ({who.name})" if who.name else "")
+    try:
+        row = await records.create_silence(ctx.pool, matchers=body.matchers, starts_at=starts, ends_at=ends,
+                                           created_by=created_by, comment=body.comment)
+    except asyncpg.UndefinedTableError:
+        raise _tables_missing() from None
+    return SilenceOut.model_validate(row)
+
+
+@router.delete("/silences/{silence_id}", response_model=SilenceOut, summary="end a silence now (operator)")
+async def delete_silence(ctx: Ctx, who: Operator, silence_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> Any:
+    try:
+        row = await records.expire_silence(ctx.pool, who, silence_id)
+    except asyncpg.UndefinedTableError:
+        raise _tables_missing() from None
+    if row is None:
+        raise not_found(f"silence {silence_id}")
+    return SilenceOut.model_validate(row)

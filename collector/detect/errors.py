@@ -1,0 +1,111 @@
+"""Hardware error detectors: XIDs, ECC double-bit errors, rising single-bit errors, PCIe replays.
+
+Why counters are read as differences: DCGM's ECC and replay fields are totals since boot
+(or since the driver loaded), so the absolute value says nothing; a jump in a double-bit
+total, a single-bit rate that is growing, and a replay rate far above zero do.
+``DCGM_FI_DEV_XID_ERRORS`` holds the last XID seen, so a change to a non-zero value is a
+new XID; the collector's event stream (:class:`~telemetry.records.EventRecord`) gives
+the same XIDs in live operation and goes through :func:`xid_finding` too.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from collector.detect.finding import DetectorConfig, Finding
+from collector.detect.state import ECC_DBE, ECC_SBE, PCIE_REPLAY, XID, GpuState
+from collector.detect.xid import describe
+
+
+def xid_finding(st: GpuState, code: int, cfg: DetectorConfig) -> Finding:
+    info = describe(code)
+    summary = f"{st.where()} reported XID {code}: {info.name}"
+    causes = [f"XID {code}: {info.name}", f"suggested action: {info.action}"]
+    if info.kind == "ecc_dbe" and st.dbe is not None:
+        causes.append(f"ECC double-bit total {st.dbe:.0f}")
+    return Finding(info.kind, info.severity, XID, summary, causes, 0.0)
+
+
+def xid(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
+    if value is None:
+        return None
+    code = int(value)
+    if code != st.xid:
+        st.xid = code
+        if code:
+            st.xid_ts = ts
+            return xid_finding(st, code, cfg)
+    return None
+
+
+def ecc_dbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
+    if value is None:
+        return None
+    prev, st.dbe = st.dbe, value
+    if prev is not None and value > prev:
+        st.dbe_jump_ts, st.dbe_jump = ts, value - prev
+    if ts - st.dbe_jump_ts > 0.0:
+        return None
+    causes = [f"ECC double-bit errors +{st.dbe_jump:.0f} (total {value:.0f})"]
+    if ts - st.xid_ts < 60 and st.xid:
+        causes.append(f"XID {st.xid} at the same time")
+    return Finding("ecc_dbe", "critical", ECC_DBE, f"{st.where()} had an uncorrectable (double-bit) ECC error",
+                   causes, 0.0)
+
+
+def _thin(hist: deque[tuple[float, float]], ts: float, value: float, every: float) -> None:
+    if not hist or ts - hist[-1][0] >= every:
+        hist.append((ts, value))
+
+
+def _value_at(hist: deque[tuple[float, float]], ts: float) -> tuple[float, float] | None:
+    """The newest (ts, value) at or before ``ts``."""
+    best = None
+    for item in reversed(hist):
+        if item[0] <= ts:
+            return item
+    return best
+
+
+def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
+    if value is None:
+        return None
+    hist = st.sbe_hist
+    if hist and ts - hist[-1][0] < 5.0:
+        return st.sbe_finding  # judged again only when a new sample is kept
+    hist.append((ts, value))
+    st.sbe_finding = None
+    if value == hist[0][1]:
+        return None  # no new errors in the whole history: the common case, and cheap
+    w = cfg.sbe_window_s
+    old = _value_at(hist, ts - w)
+    mid = _value_at(hist, ts - w / 2)
+    if old is None or mid is None:
+        return None
+    first, second = mid[1] - old[1], value - mid[1]
+    if first + second < cfg.sbe_min or second <= first * 1.5:
+        return None
+    causes = [f"single-bit ECC errors +{second:.0f} in the last {w / 120:.1f} min vs +{first:.0f} before",
+              f"total {value:.0f}"]
+    st.sbe_finding = Finding("ecc_sbe_rising", "warning", ECC_SBE,
+                             f"{st.where()} corrects more and more single-bit ECC errors", causes, 0.0)
+    return st.sbe_finding
+
+
+def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
+    if value is None:
+        return None
+    hist = st.replay_hist
+    _thin(hist, ts, value, 1.0)
+    if value == hist[0][1]:
+        return None  # no replays in the whole history: the common case, and cheap
+    old = _value_at(hist, ts - 10.0)
+    if old is None or ts - old[0] < 5.0:
+        return None
+    rate = (value - old[1]) / (ts - old[0])
+    if rate < cfg.replay_rate:
+        return None
+    causes = [f"PCIe replays {rate:.0f}/s over {ts - old[0]:.0f} s (counter {value:.0f})",
+              "link errors: check the riser, the slot and the link width/speed"]
+    return Finding("pcie_replay_storm", "warning", PCIE_REPLAY, f"{st.where()} is in a PCIe replay storm",
+                   causes, 0.0)

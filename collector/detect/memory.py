@@ -1,0 +1,73 @@
+"""Memory leak: framebuffer use growing steadily under the same process, with time to OOM.
+
+Why a regression over a window and not a threshold: a job filling its memory at start,
+a cache warming up, or an allocator grabbing a block are steps and ramps that stop; a
+leak is growth that keeps going at a steady rate. The detector fits a line to the used
+memory of the last minute (and of the last five minutes), asks for a good fit, growth in
+every quarter of the window, and enough of it, and projects when the GPU runs out.
+Samples before the current process set started are never used, so job starts do not count.
+"""
+
+from __future__ import annotations
+
+from collector.detect.finding import DetectorConfig, Finding
+from collector.detect.state import FB_USED, GpuState
+
+EVERY = 5.0  # seconds between kept samples
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares slope (MiB/s) and R² of used memory over time."""
+    n = len(points)
+    t0 = points[0][0]
+    sx = sy = sxx = sxy = syy = 0.0
+    for t, y in points:
+        x = t - t0
+        sx += x
+        sy += y
+        sxx += x * x
+        sxy += x * y
+        syy += y * y
+    vx = sxx - sx * sx / n
+    vy = syy - sy * sy / n
+    if vx <= 0 or vy <= 0:
+        return 0.0, 0.0
+    cov = sxy - sx * sy / n
+    return cov / vx, cov * cov / (vx * vy)
+
+
+def _window(st: GpuState, ts: float, span: float) -> list[tuple[float, float]]:
+    start = max(ts - span, st.pids_since)
+    return [p for p in st.fb if p[0] >= start]
+
+
+def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: DetectorConfig) -> Finding | None:
+    """Called every ``EVERY`` seconds per GPU (the engine repeats the verdict in between)."""
+    if used is None or not st.pids or total <= 0:
+        return None
+    fb = st.fb
+    fb.append((ts, used))
+    if used - fb[0][1] < cfg.leak_min_mib:
+        return None  # not even the whole history grew enough: the common case, and cheap
+    for span in (cfg.leak_window_s, 5 * cfg.leak_window_s):
+        points = _window(st, ts, span)
+        if len(points) < 8 or points[-1][0] - points[0][0] < 0.9 * span:
+            continue
+        slope, r2 = _fit(points)
+        growth = points[-1][1] - points[0][1]
+        if slope <= 0 or r2 < 0.9 or growth < cfg.leak_min_mib:
+            continue
+        q = len(points) // 4
+        steps = [points[(i + 1) * q if i < 3 else -1][1] - points[i * q][1] for i in range(4)]
+        if min(steps) <= 0.1 * growth / 4:
+            continue
+        tto = (total - used) / slope
+        if tto > cfg.leak_horizon_s:
+            continue
+        causes = [f"framebuffer used grew {growth:.0f} MiB in {points[-1][0] - points[0][0]:.0f} s "
+                  f"({slope * 60:.0f} MiB/min, R² {r2:.2f})",
+                  f"{used:.0f} of {total:.0f} MiB used; out of memory in about {tto / 60:.0f} min at this rate",
+                  f"same processes since {ts - st.pids_since:.0f} s (not a job start)"]
+        summary = f"{st.where()}: memory is leaking, out of memory in about {tto / 60:.0f} min"
+        return Finding("memory_leak", "critical" if tto < 1800 else "warning", FB_USED, summary, causes, 0.0)
+    return None

@@ -1,0 +1,133 @@
+"""Running the detectors over a recorded trace, as ``gpuwatch replay`` and the benchmarks do.
+
+Why here and not in the command: the incident benchmark, the speed benchmark and the
+tests replay traces too, and they must run exactly what the command runs. Bad lines
+(:class:`~telemetry.records.BadLine`) are counted and handed to a callback; they never
+stop a replay.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collector.detect.anomaly import Anomaly
+from collector.detect.engine import DetectionEngine
+from collector.detect.finding import DetectorConfig
+from telemetry.records import BadLine, GpuRecord, ProcessRecord, RecordError, parse_line
+
+_OPTIONAL = ("model", "pci_bus_id", "driver_version", "mig_profile", "parent_gpu")
+_PROC_STR = ("name", "namespace", "pod", "container", "service")
+_PROC_NUM = ("used_memory_mib", "sm_util", "mem_util")
+_raw_decode = json.JSONDecoder().raw_decode
+_NUMERIC = frozenset({int, float})
+
+
+def _fast_process(p: object) -> ProcessRecord | None:
+    if p.__class__ is not dict:
+        return None
+    assert isinstance(p, dict)
+    pid = p.get("pid")
+    if pid.__class__ is not int:
+        return None
+    for key in _PROC_STR:
+        v = p.get(key)
+        if v is not None and v.__class__ is not str:
+            return None
+    for key in _PROC_NUM:
+        v = p.get(key)
+        if v is not None and v.__class__ is not int and v.__class__ is not float:
+            return None
+    g = p.get
+    return ProcessRecord(pid, g("name"), g("used_memory_mib"), g("sm_util"), g("mem_util"), g("namespace"),
+                         g("pod"), g("container"), g("service"))
+
+
+def _fast(line: str) -> GpuRecord | None:
+    """The common, well-formed line without the general parser's per-field checks; None if
+    anything is unusual, and the caller then asks :func:`telemetry.records.parse_line`, so the
+    result (and every error message) is exactly the contract's."""
+    try:
+        obj, end = _raw_decode(line)
+    except ValueError:
+        return None
+    if end < len(line) and line[end:].strip():
+        return None
+    if obj.__class__ is not dict:
+        return None
+    ts, node, gpu, metrics = obj.get("ts"), obj.get("node"), obj.get("gpu"), obj.get("metrics")
+    if (ts.__class__ is not float and ts.__class__ is not int) or node.__class__ is not str or not node \
+            or gpu.__class__ is not str or not gpu or metrics.__class__ is not dict or not math.isfinite(ts):
+        return None
+    if not _NUMERIC.issuperset(map(type, metrics.values())):
+        return None  # a non-numeric (or null, or boolean) metric: the contract's parser decides
+    index = obj.get("gpu_index")
+    if index is not None and index.__class__ is not int:
+        return None
+    procs = obj.get("processes") or []
+    if procs.__class__ is not list:
+        return None
+    processes = []
+    for p in procs:
+        proc = _fast_process(p)
+        if proc is None:
+            return None
+        processes.append(proc)
+    record = GpuRecord(float(ts), node, gpu, metrics, index, processes=processes)
+    for name in _OPTIONAL:
+        value = obj.get(name)
+        if value is not None:
+            if value.__class__ is not str:
+                return None
+            setattr(record, name, value)
+    return record
+
+
+def read_trace(path: str | Path) -> Iterator[GpuRecord | BadLine]:
+    """Like :func:`telemetry.records.read_jsonl`, with a fast path for well-formed lines."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        yield from iter_trace(fh, str(path))
+
+
+def iter_trace(lines: Iterable[str], path: str = "<stream>") -> Iterator[GpuRecord | BadLine]:
+    for number, line in enumerate(lines, start=1):
+        record = _fast(line)
+        if record is not None:
+            yield record
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield parse_line(line)
+        except RecordError as exc:
+            yield BadLine(path, number, str(exc))
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    anomalies: list[Anomaly] = field(default_factory=list)
+    records: int = 0
+    bad_lines: int = 0
+
+
+def replay(items: Iterable[GpuRecord | BadLine], config: DetectorConfig | None = None,
+           on_bad: Callable[[BadLine], None] | None = None) -> ReplayResult:
+    """Every anomaly the trace opens, in order of opening; open ones keep ``end`` None."""
+    engine = DetectionEngine(config)
+    result = ReplayResult()
+    feed = engine.feed
+    out = result.anomalies
+    for item in items:
+        if isinstance(item, BadLine):
+            result.bad_lines += 1
+            if on_bad is not None:
+                on_bad(item)
+            continue
+        result.records += 1
+        for change in feed(item):
+            if change.action == "open":
+                out.append(change.anomaly)
+    return result

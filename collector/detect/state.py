@@ -1,0 +1,101 @@
+"""Per-GPU detector state: what the detectors remember between two records of one GPU.
+
+Why one object per GPU instead of one per detector: a record is looked at by every
+detector, and reading the metrics once into a few attributes here keeps the engine
+fast enough for replay (tens of thousands of records per second on one core).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from collector.detect.anomaly import Anomaly
+from collector.detect.baseline import RobustBaseline, SeasonalBaseline
+from collector.detect.finding import Finding
+
+# DCGM field names (TELEMETRY.md)
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+REASONS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+POWER_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+
+REASON_NAMES = {
+    0x1: "GPU_IDLE", 0x4: "SW_POWER_CAP", 0x8: "HW_SLOWDOWN", 0x20: "SW_THERMAL",
+    0x40: "HW_THERMAL", 0x80: "HW_POWER_BRAKE",
+}
+
+
+def reason_names(mask: int) -> str:
+    return "|".join(name for bit, name in REASON_NAMES.items() if mask & bit) or "none"
+
+
+@dataclass(slots=True)
+class GpuState:
+    node: str
+    gpu: str
+    gpu_index: int | None = None
+    last_ts: float = 0.0
+    # identity of the workload on this GPU (first process with a pod, else first process)
+    pids: frozenset[int] = frozenset()
+    pids_since: float = 0.0
+    namespace: str | None = None
+    pod: str | None = None
+    service: str | None = None
+    # current readings
+    sm: float | None = None
+    clock: float | None = None
+    temp: float | None = None
+    reasons: int = 0
+    # baselines
+    sm_base: SeasonalBaseline = field(default_factory=lambda: SeasonalBaseline(1800.0))
+    clock_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))
+    temp_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))
+    slow_ts: float = -1e18  # when the clock and temperature baselines last learned
+    sm_rel: float = 1.0  # sm / own baseline, for peers to compare against
+    sm_rel_ts: float = -1.0
+    # memory: (ts, used MiB) every few seconds, and the total
+    fb: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))
+    fb_total: float = 0.0
+    # counters: (ts, value) history, thinned
+    replay_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
+    sbe_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=128))
+    dbe: float | None = None
+    dbe_jump_ts: float = -1e18
+    dbe_jump: float = 0.0
+    xid: int = 0
+    xid_ts: float = -1e18
+    leak: Finding | None = None
+    sbe_finding: Finding | None = None
+    # hysteresis: since when each kind's condition holds; open anomalies and when last true
+    pending: dict[str, float] = field(default_factory=dict)
+    open: dict[str, tuple[Anomaly, float]] = field(default_factory=dict)
+
+    @property
+    def pod_key(self) -> str | None:
+        return f"{self.namespace}/{self.pod}" if self.pod else None
+
+    @property
+    def service_key(self) -> str | None:
+        if self.service:
+            return f"{self.namespace}/{self.service}"
+        return self.pod_key
+
+    def where(self) -> str:
+        """How a summary names this GPU: index and node, then pod and service where known."""
+        name = f"GPU {self.gpu_index}" if self.gpu_index is not None else f"GPU {self.gpu}"
+        text = f"{name} on {self.node}"
+        if self.pod:
+            text += f" (pod {self.namespace}/{self.pod}"
+            text += f", service {self.service})" if self.service else ")"
+        return text

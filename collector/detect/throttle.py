@@ -1,0 +1,61 @@
+"""Clock throttling by heat and by power, from clock-event reasons, clocks and temperature.
+
+Why both the reason bits and the baseline: a GPU at its power cap under a heavy matmul
+reports SW_POWER_CAP all the time (GPU-FACTS.md: 692 W of 700 W) and that is normal;
+what matters is the SM clock falling well below what this GPU normally holds when busy.
+Thermal reasons (SW/HW thermal) are never normal, and HW power brake is an external
+signal that slows the GPU to a crawl, so those fire on the bit alone.
+"""
+
+from __future__ import annotations
+
+from collector.detect.anomaly import Severity
+from collector.detect.finding import DetectorConfig, Finding
+from collector.detect.state import GPU_TEMP, SM_CLOCK, GpuState, reason_names
+
+THERMAL_BITS = 0x20 | 0x40
+POWER_BITS = 0x4 | 0x8
+BRAKE_BIT = 0x80
+
+
+def _clock_cause(st: GpuState) -> str | None:
+    if st.clock is None or st.clock_base.count < 30:
+        return None
+    base = st.clock_base.level
+    return f"SM clock {st.clock:.0f} MHz vs baseline {base:.0f} MHz ({(st.clock / base - 1) * 100:+.0f}%)"
+
+
+def thermal(st: GpuState, cfg: DetectorConfig) -> Finding | None:
+    hot_fallback = (
+        st.temp is not None and st.temp >= 87.0 and st.clock is not None and st.clock_base.count >= 30
+        and st.clock < cfg.clock_drop_ratio * st.clock_base.level
+    )
+    if not (st.reasons & THERMAL_BITS) and not hot_fallback:
+        return None
+    causes = [f"clock event reason {reason_names(st.reasons & THERMAL_BITS)}"] if st.reasons & THERMAL_BITS else []
+    if st.temp is not None:
+        base = st.temp_base.level if st.temp_base.count else st.temp
+        causes.append(f"temperature {st.temp:.0f} °C vs baseline {base:.0f} °C")
+    clock = _clock_cause(st)
+    if clock:
+        causes.append(clock)
+    severity: Severity = "critical" if (st.reasons & 0x40 and (st.temp or 0) >= 90) else "warning"
+    summary = f"{st.where()} thermally throttled" + (f" at {st.temp:.0f} °C" if st.temp is not None else "")
+    return Finding("thermal_throttle", severity, GPU_TEMP, summary, causes, cfg.throttle_hold_s)
+
+
+def power(st: GpuState, cfg: DetectorConfig, power_w: float | None, limit_w: float | None) -> Finding | None:
+    brake = bool(st.reasons & BRAKE_BIT)
+    capped = bool(st.reasons & POWER_BITS) and st.clock is not None and st.clock_base.count >= 30 \
+        and st.clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= 0.2
+    if not (brake or capped):
+        return None
+    causes = [f"clock event reason {reason_names(st.reasons & (POWER_BITS | BRAKE_BIT))}"]
+    clock = _clock_cause(st)
+    if clock:
+        causes.append(clock)
+    if power_w is not None:
+        causes.append(f"power {power_w:.0f} W" + (f" of a {limit_w:.0f} W limit" if limit_w else ""))
+    summary = f"{st.where()} clocks held down by power" + (" brake" if brake else " capping")
+    return Finding("power_throttle", "critical" if brake else "warning", SM_CLOCK, summary, causes,
+                   cfg.throttle_hold_s)

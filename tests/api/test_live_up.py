@@ -1,0 +1,171 @@
+"""Against a running ``gpuwatch up --simulate``: the web page in a real browser, ``gpuwatch
+top`` and the collector's ``/metrics``.
+
+Headless Debian Chromium (``/usr/bin/chromium``), driven by Playwright with
+``executable_path``; no browser is ever downloaded. The test pastes a viewer token,
+checks that the fleet table fills with the simulated GPUs, opens a GPU's charts and a
+service's page, and keeps screenshots under ``test-artifacts/`` (the CI artifact dir).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.fixtures_pg import PgServer
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _gpuwatch(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuwatch", *args]
+
+
+@pytest.fixture(scope="module")
+def running_up(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """``gpuwatch up --simulate 4`` on a database of its own; yields (API base URL, viewer token, DSN)."""
+    pg_server.start()
+    name = f"up{os.getpid()}_{int(time.time() * 1000) % 10_000_000}"
+    pg_server.execute(f'CREATE DATABASE "{name}" TEMPLATE template0 STRATEGY FILE_COPY')
+    pg_db = pg_server.dsn(name)
+    tmp_path = tmp_path_factory.mktemp("up")
+    port = free_port()
+    log = tmp_path / "up.log"
+    proc = subprocess.Popen(
+        _gpuwatch("up", "--simulate", "4", "--db", pg_db, "--metrics-port", "0", "--api-port", str(port),
+                  "--log-level", "WARNING"),
+        stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=ENV,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = "".join(proc.stdout.readline() for _ in range(4))
+        match = re.search(r"API:\s+(http://\S+)/api/v1", banner)
+        assert match, banner + log.read_text()[-2000:]
+        made = subprocess.run(_gpuwatch("token", "create", "--db", pg_db, "--role", "viewer", "--name", "web"),
+                              capture_output=True, text=True, timeout=60, env=ENV, check=True)
+        yield match.group(1), made.stdout.strip(), pg_db
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        pg_server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _wait_for_gpus(url: str, token: str, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        resp = httpx.get(f"{url}/api/v1/gpus", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+        if resp.status_code == 200 and len(resp.json()["items"]) >= count:
+            return
+        assert time.monotonic() < deadline, f"no GPUs from the API: {resp.status_code} {resp.text[:500]}"
+        time.sleep(0.3)
+
+
+def _roll_up_now(dsn: str) -> None:
+    """Fill the rollups and the service usage tables up to now, including the current minute."""
+    from datetime import UTC, datetime, timedelta
+
+    from collector.api import usage
+    from collector.store import Store
+
+    async def main() -> None:
+        now = datetime.now(UTC)
+        store = await Store.open(dsn, now=now)
+        try:
+            await store.maintain(now)
+            async with store.pool.acquire() as conn:
+                await usage.refresh(conn, now + timedelta(minutes=1))
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_web_page_shows_the_fleet_a_gpu_and_a_service(running_up: tuple[str, str, str]) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (/usr/bin/chromium); .ci/run installs it")
+    playwright = pytest.importorskip("playwright.sync_api")
+    url, token, dsn = running_up
+    _wait_for_gpus(url, token, 4)
+    _roll_up_now(dsn)  # what the collector does every minute, without waiting a minute
+    ARTIFACTS.mkdir(exist_ok=True)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(url + "/")
+            page.fill("#token", token)
+            page.click("#login button")
+            page.wait_for_selector("#fleet tbody tr:nth-child(4)", timeout=15_000)
+            rows = page.locator("#fleet tbody tr")
+            assert rows.count() == 4
+            first = rows.nth(0).inner_text()
+            assert "NVIDIA" in first or "H" in first
+            assert page.locator("#who").inner_text().startswith("viewer")
+            page.screenshot(path=str(ARTIFACTS / "web-fleet.png"), full_page=True)
+
+            rows.nth(0).locator("a").first.click()
+            page.wait_for_selector("#gpu-charts .main-svg", timeout=15_000)
+            assert page.locator("#gpu-charts .chart").count() == 5
+            page.wait_for_function("document.querySelector('#gpu-facts').textContent.includes('points')")
+            page.screenshot(path=str(ARTIFACTS / "web-gpu.png"), full_page=True)
+
+            page.goto(url + "/#/")
+            page.wait_for_selector("#services li a", timeout=15_000)
+            page.locator("#services li a").first.click()
+            page.wait_for_function("document.querySelector('#service-total').textContent.includes('GPU-hours')")
+            page.wait_for_selector("#service-charts .main-svg", timeout=15_000)
+            page.wait_for_selector("#pods tbody tr", timeout=15_000)
+            assert not page.locator("#service-total").inner_text().startswith("0.00 GPU-hours")
+            page.screenshot(path=str(ARTIFACTS / "web-service.png"), full_page=True)
+            assert not errors, errors
+            assert page.locator("#status").inner_text() == ""
+        finally:
+            browser.close()
+
+
+def test_top_prints_the_fleet(running_up: tuple[str, str, str]) -> None:
+    url, token, _dsn = running_up
+    _wait_for_gpus(url, token, 4)
+    out = subprocess.run(_gpuwatch("top", "--url", url, "--once"), capture_output=True, text=True, timeout=60,
+                         env={**ENV, "GPUWATCH_TOKEN": token, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    assert "4 GPUs" in out.stdout and "NVIDIA H200" in out.stdout and "llm-pretrain" in out.stdout
+    refused = subprocess.run(_gpuwatch("top", "--url", url, "--once"), capture_output=True, text=True,
+                             timeout=60, env={**ENV, "GPUWATCH_TOKEN": "gw_wrong"})
+    assert refused.returncode == 1 and "401" in refused.stderr and "gw_wrong" not in refused.stderr
+
+
+def test_collector_metrics(running_up: tuple[str, str, str], promtool: str) -> None:
+    url, token, _dsn = running_up
+    _wait_for_gpus(url, token, 4)
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for name in ("gpuwatch_collector_records_total", "gpuwatch_collector_dead_lettered_frames_total",
+                 "gpuwatch_collector_ingest_records_per_second", "gpuwatch_collector_consumer_lag_messages_all",
+                 "gpuwatch_collector_db_latency_seconds", "gpuwatch_collector_db_up 1.0",
+                 'gpuwatch_service_gpus{namespace="research",service="llm-pretrain"} 1.0'):
+        assert name in text, name
+    records = float(re.search(r"^gpuwatch_collector_records_total (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    assert records > 0
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

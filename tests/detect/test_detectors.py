@@ -1,0 +1,155 @@
+"""Each detector on a small hand-made trace: it fires on its fault, names the cause, and
+stays quiet through the normal behaviour that looks like the fault."""
+
+from __future__ import annotations
+
+from collector.detect import Anomaly, DetectionEngine, DetectorConfig
+from collector.detect.xid import XIDS, describe
+from telemetry.records import EventRecord
+from tests.detect.helpers import T0, TOTAL, record, trace
+
+
+def run(records: object, config: DetectorConfig | None = None) -> list[Anomaly]:
+    engine = DetectionEngine(config)
+    out: list[Anomaly] = []
+    for rec in records:  # type: ignore[attr-defined]
+        out.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
+    return out
+
+
+def kinds(anomalies: list[Anomaly]) -> list[tuple[str, str]]:
+    return [(a.kind, a.gpu) for a in anomalies]
+
+
+def test_thermal_throttle_fires_with_reason_and_temperature_as_causes() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        hot = g == 1 and 400 <= t < 600
+        return record(t, g, temp=92 if hot else 70, reasons=0x40 | 0x4 if hot else 0x4,
+                      clock=1000 if hot else 1485, sm=0.8 if hot else 0.9)
+    found = run(trace(700, 4, make))
+    assert kinds(found) == [("thermal_throttle", "GPU-n0-1")]
+    a = found[0]
+    assert 400 <= a.start - T0 <= 410
+    assert a.severity == "critical" and a.metric == "DCGM_FI_DEV_GPU_TEMP"
+    assert any("HW_THERMAL" in c for c in a.causes)
+    assert any("temperature 92 °C vs baseline 70 °C" in c for c in a.causes)
+    assert any("SM clock 1000 MHz vs baseline 1485 MHz" in c for c in a.causes)
+    assert a.end is not None and 600 <= a.end - T0 <= 640
+    assert "GPU 1 on n0 (pod ns/job-0, service svc) thermally throttled" in a.summary
+
+
+def test_power_cap_at_normal_clocks_is_normal_but_clocks_pulled_down_are_not() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        capped = g == 0 and 300 <= t < 500
+        return record(t, g, reasons=0x4, clock=900 if capped else 1485)
+    found = run(trace(600, 2, make))
+    assert kinds(found) == [("power_throttle", "GPU-n0-0")]
+    assert any("SW_POWER_CAP" in c for c in found[0].causes)
+
+
+def test_straggler_in_a_multi_gpu_pod() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        return record(t, g, sm=0.55 if g == 2 and t >= 300 else 0.91, pid=100 + g)
+    found = run(trace(400, 4, make))
+    assert kinds(found) == [("straggler", "GPU-n0-2")]
+    assert found[0].start - T0 <= 300 + 20
+    assert "lags the other GPUs of its job" in found[0].summary
+
+
+def test_whole_pod_evaluation_pause_is_quiet() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        return record(t, g, sm=0.3 if 600 <= t < 780 else 0.91, pid=100 + g)
+    assert run(trace(900, 4, make)) == []
+
+
+def test_throughput_drop_of_one_replica_while_the_service_holds() -> None:
+    import math
+
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        load = 0.2 + 0.55 * (0.5 + 0.5 * math.sin(2 * math.pi * t / 1200))  # traffic shared by every replica
+        if g == 3 and 1500 <= t < 1800:
+            load *= 0.42
+        return record(t, g, sm=load, reasons=0, clock=1980, pid=200 + g, pod=f"serve-{g}", service="llm-serve")
+    found = run(trace(1900, 4, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-3")]
+    a = found[0]
+    assert a.start - T0 <= 1500 + 30
+    assert a.service == "llm-serve" and a.pod == "serve-3"
+    assert any("still running" in c for c in a.causes)
+    assert any("other replicas" in c for c in a.causes)
+
+
+def test_memory_leak_projects_time_to_oom_and_job_start_ramp_is_quiet() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0:  # a job starting every 200 s, its memory ramping over 20 s
+            pid = 300 + int(t // 200)
+            return record(t, g, fb=min(1.0, (t % 200) / 20) * 0.6 * TOTAL, pid=pid)
+        fb = 0.5 * TOTAL + (max(0.0, t - 300) * 40.0)  # leaks 40 MiB/s from t=300
+        return record(t, g, fb=fb)
+    found = run(trace(500, 2, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-1")]
+    a = found[0]
+    assert 300 < a.start - T0 <= 300 + 75
+    assert any("out of memory in about" in c for c in a.causes)
+
+
+def test_xid_table_and_kinds() -> None:
+    for code in (13, 31, 43, 48, 63, 64, 79, 94, 95):
+        assert code in XIDS
+    assert describe(79).kind == "gpu_lost" and describe(48).kind == "ecc_dbe"
+    assert describe(12345).severity == "warning"
+
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        return record(t, g, xid=95 if t >= 100 else 0, dbe=1.0 if t >= 200 else 0.0)
+    found = run(trace(300, 1, make))
+    assert [a.kind for a in found] == ["xid", "ecc_dbe"]
+    assert found[0].severity == "critical" and "XID 95" in found[0].summary
+
+
+def test_pcie_replay_storm_and_rising_single_bit_errors() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        replay = max(0.0, t - 100) * 20 if g == 0 and t < 200 else (2000.0 if g == 0 else 0.0)
+        sbe = 0.0 if g == 0 else (max(0.0, t - 400) ** 2) / 200
+        return record(t, g, replay=replay, sbe=sbe)
+    found = run(trace(700, 2, make))
+    assert ("pcie_replay_storm", "GPU-n0-0") in kinds(found)
+    assert ("ecc_sbe_rising", "GPU-n0-1") in kinds(found)
+    assert len(found) == 2
+
+
+def test_idle_allocated_after_the_configured_time_only() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        idle = (g == 0 and t >= 100) or (g == 1 and 100 <= t < 250)
+        return record(t, g, sm=0.0 if idle else 0.6, reasons=0x1 if idle else 0, pid=100 + g, pod=f"nb-{g}")
+    found = run(trace(500, 2, make), DetectorConfig(idle_after_s=300))
+    assert kinds(found) == [("idle_allocated", "GPU-n0-0")]
+    assert 399 <= found[0].start - T0 <= 401
+
+
+def test_gpu_lost_by_silence_and_by_event() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        return None if g == 1 and 100 <= t < 300 else record(t, g)
+    engine = DetectionEngine()
+    opened, closed = [], []
+    for rec in trace(400, 3, make):
+        for ch in engine.feed(rec):
+            (opened if ch.action == "open" else closed).append(ch.anomaly)
+    assert kinds(opened) == [("gpu_lost", "GPU-n0-1")]
+    assert 130 <= opened[0].start - T0 <= 140
+    assert closed and closed[0].end is not None and closed[0].end - T0 >= 300
+    changes = engine.feed_event(EventRecord(T0 + 500, "n0", "GPU-n0-2", "xid", 79))
+    assert [c.anomaly.kind for c in changes] == ["gpu_lost"]
+
+
+def test_live_batches_and_replay_agree() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        return record(t, g, sm=0.55 if g == 2 and t >= 300 else 0.91, pid=100 + g,
+                      xid=13 if g == 0 and t > 350 else 0)
+    records = list(trace(400, 4, make))
+    whole = run(records)
+    engine = DetectionEngine()
+    batched = []
+    for i in range(0, len(records), 37):  # as the collector sees them: in batches
+        for rec in records[i:i + 37]:
+            batched.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
+    assert [a.to_dict() for a in whole] == [a.to_dict() for a in batched]
