@@ -163,13 +163,26 @@ async def serve(args: argparse.Namespace) -> int:
     agent.start()
     server.start()
     kind = "simulated" if settings.simulate else "NVML"
-    print(f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}\n"
-          f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics\n"
-          f"  database: {where} (profile {store.profile})\n"
-          + (f"  API:      {api.url}/api/v1 (web page {api.url}/, collector metrics {api.url}/metrics; "
-             f"tokens: gpuwatch token create --db {'DSN' if args.db else repr(dsn)} --role viewer)"
-             if api else "  API:      off"),
-          flush=True)
+    session_token = None
+    secret = ""
+    if api is not None and pg is not None:
+        # Our own database, on this machine: like a notebook server, this run gets an admin
+        # token of its own, shown once on the console (never logged) and revoked at exit.
+        from collector.api import tokens
+
+        secret, session_token = await tokens.create(store.pool, "admin", None, name="gpuwatch up (this run)")
+    lines = [f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}",
+             f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics",
+             f"  database: {where} (profile {store.profile})"]
+    if api is None:
+        lines.append("  API:      off")
+    else:
+        db_hint = "DSN" if args.db else repr(dsn)
+        lines.append(f"  API:      {api.url}/api/v1 (collector metrics {api.url}/metrics; "
+                     f"tokens: gpuwatch token create --db {db_hint} --role viewer)")
+        lines.append(f"  web page: {api.url}/#token={secret}  (this run's admin token, revoked when it stops)"
+                     if session_token is not None else f"  web page: {api.url}/")
+    print("\n".join(lines), flush=True)
 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -213,6 +226,10 @@ async def serve(args: argparse.Namespace) -> int:
         await store_batch(batch)
     if api is not None:  # after the agent and the drain: stopping it first lets frames pile up meanwhile
         await api.stop()
+    if session_token is not None:
+        from collector.api import tokens
+
+        await tokens.revoke(store.pool, session_token.id)
     await detection.close()
     await store.close()
     if pg is not None:

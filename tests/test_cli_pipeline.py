@@ -95,3 +95,31 @@ def test_up_starts_its_own_postgresql_and_says_it_simulates(tmp_path: Path) -> N
     assert (where / "data" / "PG_VERSION").exists()
     if where != tmp_path / "gw" / "postgres":  # root, and pytest's tmp dir is 0700
         assert os.geteuid() == 0 and "cannot reach" in proc.stderr
+
+
+def test_up_gives_its_run_an_admin_token_for_the_web_page(tmp_path: Path) -> None:
+    """On its own database, ``up`` prints the web page with this run's token (console only, never in the
+    log), and the token works against the API."""
+    import re
+    import urllib.request
+
+    env = {**ENV, "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "up", "--simulate", "2", "--data-dir", str(tmp_path / "gw"),
+         "--metrics-port", "0", "--api-port", "0", "--log-level", "INFO"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = "".join(proc.stdout.readline() for _ in range(5))
+        match = re.search(r"web page: (http://\S+)/#token=(gw_\S+)", banner)
+        assert match, banner
+        base, token = match.groups()
+        request = urllib.request.Request(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert b'"admin"' in resp.read()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    assert token not in err  # the log never carries it

@@ -204,6 +204,13 @@ async function whoami() {
 }
 
 window.addEventListener("DOMContentLoaded", () => {
+  // `gpuwatch up` prints the page's address with its run's token in the fragment, which
+  // never reaches a server or its access log; keep it for this tab and drop it from the bar
+  const given = location.hash.match(/^#token=([^&/]+)/);
+  if (given) {
+    sessionStorage.setItem("gpuwatch-token", decodeURIComponent(given[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
   $("#login").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem("gpuwatch-token", $("#token").value.trim());
