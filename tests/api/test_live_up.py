@@ -140,6 +140,12 @@ def test_web_page_shows_the_fleet_a_gpu_and_a_service(running_up: tuple[str, str
             page.screenshot(path=str(ARTIFACTS / "web-service.png"), full_page=True)
             assert not errors, errors
             assert page.locator("#status").inner_text() == ""
+
+            # the address `gpuwatch up` prints: the token in the fragment, kept for the tab, dropped from the bar
+            fresh = browser.new_page(viewport={"width": 1400, "height": 900})
+            fresh.goto(f"{url}/#token={token}")
+            fresh.wait_for_selector("#fleet tbody tr:nth-child(4)", timeout=15_000)
+            assert "token" not in fresh.url
         finally:
             browser.close()
 
