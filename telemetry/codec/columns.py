@@ -404,6 +404,21 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     return -1, pos
 
 
+def _bits_at(data: bytes, pos: int, end: int, count: int) -> tuple[bytes, int, int] | None:
+    """The bitmap of ``count`` bits at ``pos`` as 0/1 bytes, its number of ones, and the position after it.
+
+    None when it runs past ``end`` or sets a bit beyond ``count`` (the fast readers then
+    hand the block to :func:`decode_column`, which names the fault).
+    """
+    size = (count + 7) >> 3
+    if pos + size > end:
+        return None
+    value = int.from_bytes(data[pos : pos + size], "little")
+    if value >> count:
+        return None
+    return format(value, "b").zfill(count)[::-1].encode("ascii").translate(_FROM_ASCII01), value.bit_count(), pos + size
+
+
 def _read_typed(
     data: bytes, pos: int, end: int, tag: int, n: int, state: ColState | None, keyframe: bool
 ) -> tuple[Sequence[object], ColState, bool] | None:
@@ -423,15 +438,10 @@ def _read_typed(
     presence = b""
     m = n
     if flags & F_PRESENCE:
-        size = (n + 7) >> 3
-        if pos + size > end:
+        bits = _bits_at(data, pos, end, n)
+        if bits is None or not bits[1]:
             return None
-        value = int.from_bytes(data[pos : pos + size], "little")
-        m = value.bit_count()
-        if value >> n or not m:
-            return None
-        presence = format(value, "b").zfill(n)[::-1].encode("ascii").translate(_FROM_ASCII01)
-        pos += size
+        presence, m, pos = bits
     param: int | bytes | None = None
     exponent = 0
     quantum = 1.0
@@ -495,15 +505,10 @@ def _read_typed(
         where = b""
         k = count
         if changed:
-            size = (count + 7) >> 3
-            if pos + size > end:
+            bits = _bits_at(data, pos, end, count)
+            if bits is None:
                 return None
-            value = int.from_bytes(data[pos : pos + size], "little")
-            if value >> count:
-                return None
-            k = value.bit_count()
-            where = format(value, "b").zfill(count)[::-1].encode("ascii").translate(_FROM_ASCII01)
-            pos += size
+            where, k, pos = bits
         if pos >= end:
             return None
         width = data[pos]
@@ -568,15 +573,10 @@ def _read_xor(
     presence = b""
     m = n
     if flags & F_PRESENCE:
-        size = (n + 7) >> 3
-        if pos + size > end:
+        bits = _bits_at(data, pos, end, n)
+        if bits is None or not bits[1]:
             return None
-        value = int.from_bytes(data[pos : pos + size], "little")
-        m = value.bit_count()
-        if value >> n or not m:
-            return None
-        presence = format(value, "b").zfill(n)[::-1].encode("ascii").translate(_FROM_ASCII01)
-        pos += size
+        presence, m, pos = bits
     changed = flags & F_CHANGED
     if changed and m == 1:
         return None
@@ -602,15 +602,10 @@ def _read_xor(
         k = count
         where = b""
         if changed:
-            size = (count + 7) >> 3
-            if pos + size > end:
+            bits = _bits_at(data, pos, end, count)
+            if bits is None:
                 return None
-            value = int.from_bytes(data[pos : pos + size], "little")
-            if value >> count:
-                return None
-            k = value.bit_count()
-            where = format(value, "b").zfill(count)[::-1].encode("ascii").translate(_FROM_ASCII01)
-            pos += size
+            where, k, pos = bits
         if pos >= end:
             return None
         mask = data[pos]
