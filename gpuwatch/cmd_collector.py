@@ -80,7 +80,9 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
           f"into a {store.profile} PostgreSQL", flush=True)
     runner = asyncio.create_task(consumer.run())
-    maintainer = asyncio.create_task(_maintain(store, settings.maintenance_interval, stop))
+    from collector.periodic import every
+
+    maintainer = asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance"))
     detector = asyncio.create_task(detection.run(stop))
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -99,18 +101,6 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
 
 async def _unset_dead_letter(_msg: Any, _reason: str) -> None:
     raise RuntimeError("the consumer replaces this with its dead-letter producer")
-
-
-async def _maintain(store: Any, interval: float, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        try:
-            await store.maintain()
-        except OSError as exc:
-            log.warning("maintenance skipped: %s", exc)
-        try:
-            await asyncio.wait_for(stop.wait(), interval)
-        except TimeoutError:
-            continue
 
 
 def run(args: argparse.Namespace) -> int:

@@ -207,15 +207,10 @@ async def serve(args: argparse.Namespace) -> int:
             if batch:
                 await store_batch(batch)
 
-    async def maintain() -> None:
-        while not stop.is_set():
-            await store.maintain()
-            try:
-                await asyncio.wait_for(stop.wait(), 60)
-            except TimeoutError:
-                continue
+    from collector.periodic import every
 
-    tasks = [asyncio.create_task(consume()), asyncio.create_task(maintain()), asyncio.create_task(detection.run(stop))]
+    tasks = [asyncio.create_task(consume()), asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
+             asyncio.create_task(detection.run(stop))]
     await stop.wait()
     server.stop()
     agent.stop()

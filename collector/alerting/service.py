@@ -26,6 +26,7 @@ from collector.alerting.router import Router
 from collector.alerting.rules import RuleSet
 from collector.alerting.silences import Silence, load_active
 from collector.detect.engine import Change, DetectionEngine
+from collector.periodic import every
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
@@ -97,16 +98,11 @@ class DetectionService:
         return stats
 
     async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
-        while not stop.is_set():
-            try:
-                await self.flush()
-                await self.dispatch()
-            except OSError as exc:
-                log.warning("detection service: database unavailable (%s); retrying", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), interval_s)
-            except TimeoutError:
-                continue
+        await every(interval_s, stop, self._round, "alert flush and dispatch")
+
+    async def _round(self) -> None:
+        await self.flush()
+        await self.dispatch()
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Flush and send what is due, within ``timeout_s``; what is left stays in the outbox."""

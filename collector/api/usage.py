@@ -19,13 +19,11 @@ times the GPU's average power; SM/tensor active: weighted by the same seconds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import asyncpg
-
+from collector.periodic import every
 from collector.store.schema import ORIGIN_SQL, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
 
 log = logging.getLogger(__name__)
@@ -121,13 +119,7 @@ class UsageRollup:
             return await refresh(conn, now or datetime.now(UTC), self.lookback)
 
     async def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self.run_once()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("service usage rollup skipped: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval)
+        await every(self.interval, self._stop, self.run_once, "service usage rollup")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())

@@ -419,6 +419,23 @@ def _bits_at(data: bytes, pos: int, end: int, count: int) -> tuple[bytes, int, i
     return format(value, "b").zfill(count)[::-1].encode("ascii").translate(_FROM_ASCII01), value.bit_count(), pos + size
 
 
+def _base(flags: int, keyframe: bool, state: ColState | None, tag: int, param: int | bytes | None) -> int | None:
+    """What a block's first value is relative to: 0 unless BASED, then the column's last value.
+
+    None when a BASED block cannot be read the fast way (in a keyframe, or on a column whose
+    last frame had another encoding); raises BaseUnknown on a column the decoder skipped.
+    """
+    if not flags & F_BASED:
+        return 0
+    if keyframe:
+        return None
+    if state is UNKNOWN:
+        raise BaseUnknown
+    if state is None or state[0] != tag or state[1] != param:
+        return None
+    return state[2]
+
+
 def _read_typed(
     data: bytes, pos: int, end: int, tag: int, n: int, state: ColState | None, keyframe: bool
 ) -> tuple[Sequence[object], ColState, bool] | None:
@@ -464,15 +481,9 @@ def _read_typed(
     changed = flags & F_CHANGED
     if changed and m == 1:
         return None
-    base = 0
-    if flags & F_BASED:
-        if keyframe:
-            return None
-        if state is UNKNOWN:
-            raise BaseUnknown
-        if state is None or state[0] != tag or state[1] != param:
-            return None
-        base = state[2]
+    base = _base(flags, keyframe, state, tag, param)
+    if base is None:
+        return None
     if pos < end and data[pos] < 0x80:
         z = data[pos]
         pos += 1
@@ -580,15 +591,9 @@ def _read_xor(
     changed = flags & F_CHANGED
     if changed and m == 1:
         return None
-    base = 0
-    if flags & F_BASED:
-        if keyframe:
-            return None
-        if state is UNKNOWN:
-            raise BaseUnknown
-        if state is None or state[0] != XOR:
-            return None
-        base = state[2]
+    base = _base(flags, keyframe, state, XOR, None)
+    if base is None:
+        return None
     if pos < end and data[pos] < 0x80:
         first = data[pos]
         pos += 1

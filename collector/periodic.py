@@ -1,0 +1,31 @@
+"""The collector's background rounds (maintenance, rollups, alert dispatch): one loop for all.
+
+Why one: each round must survive the database going away (log it, try again next round,
+never end the task silently) and must stop at once when the process stops, not at the end
+of its sleep. Written once here, every background job gets both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+#: failures that mean "the database (or network) is away for now": the next round retries
+TRANSIENT: tuple[type[BaseException], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+async def every(interval_s: float, stop: asyncio.Event, step: Callable[[], Awaitable[object]], what: str) -> None:
+    """Run ``step`` now and then every ``interval_s`` until ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            await step()
+        except TRANSIENT as exc:
+            log.warning("%s skipped, retrying in %.0f s: %s", what, interval_s, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
