@@ -1,0 +1,85 @@
+"""The collector-to-agent control channel: topic names and the keyframe request.
+
+Frames are deltas against the previous frame of the same stream, so a collector that lost
+a stream's base (a broker that came back empty, a replayed old keyframe, a dead-lettered
+frame) cannot decode anything until the next scheduled keyframe, which for an idle GPU is
+minutes away. Instead it asks: it produces a :class:`KeyframeRequest` to the control topic
+(``<telemetry topic>.control``), keyed by node; every agent reads that topic from its end,
+keeps the requests for its own node (and instance, when given) and makes the named GPU's
+next frame a keyframe. In ``gpuwatch up`` the same request is delivered in process.
+
+The wire form is one small JSON object, so a request is readable with any Kafka tool and
+a malformed one is rejected with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+DEFAULT_TOPIC = "gpu.telemetry"
+CONTROL_HEADERS = (("type", b"keyframe_request"),)
+
+
+def dlq_topic(topic: str) -> str:
+    """The dead-letter topic of a telemetry topic."""
+    return f"{topic}.dlq"
+
+
+def control_topic(topic: str) -> str:
+    """The control topic (collector to agents) of a telemetry topic."""
+    return f"{topic}.control"
+
+
+class ControlError(ValueError):
+    """A control message that cannot be read; the text names what was wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyframeRequest:
+    """Ask the agent of ``node`` (and ``instance``, if set) for a keyframe of ``gpu``
+    (of every GPU when ``gpu`` is None)."""
+
+    node: str
+    gpu: str | None
+    reason: str
+    ts: float
+    instance: str | None = None
+
+    def matches(self, node: str, instance: str | None) -> bool:
+        """Whether an agent on ``node`` with ``instance`` should act on this request."""
+        return self.node == node and (self.instance is None or self.instance == instance)
+
+    def key(self) -> bytes:
+        return self.node.encode()
+
+    def encode(self) -> bytes:
+        body: dict[str, object] = {"type": "keyframe_request", "node": self.node, "gpu": self.gpu,
+                                   "reason": self.reason, "ts": self.ts}
+        if self.instance is not None:
+            body["instance"] = self.instance
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> KeyframeRequest:
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ControlError(f"control message is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ControlError("control message is not a JSON object")
+        if body.get("type") != "keyframe_request":
+            raise ControlError(f"control message type {body.get('type')!r} is not 'keyframe_request'")
+        node, gpu, reason, ts, instance = (body.get(k) for k in ("node", "gpu", "reason", "ts", "instance"))
+        if not isinstance(node, str) or not node:
+            raise ControlError("control message field 'node' must be a non-empty string")
+        if gpu is not None and not isinstance(gpu, str):
+            raise ControlError("control message field 'gpu' must be a string or null")
+        if instance is not None and not isinstance(instance, str):
+            raise ControlError("control message field 'instance' must be a string or absent")
+        if not isinstance(reason, str):
+            raise ControlError("control message field 'reason' must be a string")
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+            raise ControlError("control message field 'ts' must be a finite number")
+        return cls(node, gpu, reason[:500], float(ts), instance)
