@@ -12,11 +12,11 @@ from fastapi import APIRouter, Depends, Path
 
 from collector.api import tokens
 from collector.api.auth import Admin, Ctx, Viewer
-from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, not_found, reject_nul
+from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, check_request, not_found
 from collector.api.models import MeOut, SettingsOut, TokenCreated, TokenIn, TokenList, TokenOut
 from collector.api.principal import Principal
 
-router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(reject_nul)])
+router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(check_request)])
 
 
 def _out(info: tokens.TokenInfo) -> TokenOut:
