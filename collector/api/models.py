@@ -45,6 +45,8 @@ class GpuOut(BaseModel):
     last_seen: datetime
     sample_ts: datetime | None
     sample_age_seconds: float | None = Field(description="age of the newest sample now (null: none stored)")
+    stale: bool = Field(description="no sample, or the newest is older than the stale limit (the API's "
+                                    "stale_after_seconds)")
     health: HealthField = Field(description=(
         "critical: an open critical anomaly; no_data / stale: no sample, or the newest is older than the "
         "stale limit; degraded: an open warning anomaly; ok: otherwise"))

@@ -42,7 +42,8 @@ def _gpu_out(g: fleet.GpuNow) -> GpuOut:
     return GpuOut(
         gpu=g.gpu, node=g.node, gpu_index=g.gpu_index, model=g.model, driver_version=g.driver_version,
         pci_bus_id=g.pci_bus_id, mig_profile=g.mig_profile, parent_gpu=g.parent_gpu, first_seen=g.first_seen,
-        last_seen=g.last_seen, sample_ts=g.sample_ts, sample_age_seconds=g.sample_age_seconds, health=g.health,
+        last_seen=g.last_seen, sample_ts=g.sample_ts, sample_age_seconds=g.sample_age_seconds, stale=not g.fresh,
+        health=g.health,
         reasons=g.reasons, open_anomalies=g.open_anomaly_count, open_anomalies_by_severity=g.open_anomalies,
         metrics={k: float(v) for k, v in g.metrics.items()},
         pods=[PodOnGpu(namespace=p.namespace, pod=p.pod, service=p.service, processes=p.processes,

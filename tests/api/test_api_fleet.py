@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 
 import asyncpg
@@ -120,9 +121,10 @@ def test_series_answers_empty_buckets_as_nulls(api: Api) -> None:
                     end=f.end.timestamp(), step=step).json()
         values = s["series"]["DCGM_FI_PROF_SM_ACTIVE"]
         step_s = s["step_seconds"]
-        assert len(values) == len(s["times"]) and all(b - a == step_s for a, b in zip(s["times"], s["times"][1:]))
+        assert len(values) == len(s["times"])
+        assert all(b - a == step_s for a, b in itertools.pairwise(s["times"]))
         assert s["times"][0] <= f.start.timestamp() - 3600 < s["times"][0] + step_s
-        gap = [v for t, v in zip(s["times"], values) if t + step_s <= f.start.timestamp()]
+        gap = [v for t, v in zip(s["times"], values, strict=True) if t + step_s <= f.start.timestamp()]
         assert len(gap) >= 3600 / step_s - 1 and all(v is None for v in gap)
         assert values[-2] is not None
 

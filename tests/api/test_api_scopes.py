@@ -65,7 +65,7 @@ def test_research_sees_its_own_and_only_its_own_counts(api: Api) -> None:
     # A1's series: only the first 15 minutes, when research held it
     raw = api.get(f"/gpus/{A1}/series", token="research", start=f.start.timestamp(), end=f.end.timestamp(),
                   step="10s", metrics="DCGM_FI_PROF_SM_ACTIVE").json()
-    held = [(t, v) for t, v in zip(raw["times"], raw["series"]["DCGM_FI_PROF_SM_ACTIVE"]) if v is not None]
+    held = [(t, v) for t, v in zip(raw["times"], raw["series"]["DCGM_FI_PROF_SM_ACTIVE"], strict=True) if v is not None]
     assert len(held) == 90 and max(t for t, _ in held) < (f.start.timestamp() + 900)
     assert all(abs(v - 0.9) < 1e-9 for _, v in held)
     minute = api.get(f"/gpus/{A1}/series", token="research", start=f.start.timestamp(), end=f.end.timestamp(),
