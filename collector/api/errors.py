@@ -132,6 +132,13 @@ async def _data_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body.model_dump(exclude_none=True), status_code=400)
 
 
+async def _internal(_request: Request, exc: Exception) -> JSONResponse:
+    # A bug: the client gets JSON without internals; the server log gets the traceback
+    # (Starlette re-raises after this answer, and uvicorn logs it).
+    body = ErrorBody(error="internal", message=f"internal error ({type(exc).__name__}); it is logged on the server")
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=500)
+
+
 async def _db_unavailable(_request: Request, exc: Exception) -> JSONResponse:
     body = ErrorBody(error="unavailable", message=f"the database is unavailable ({type(exc).__name__})")
     return JSONResponse(body.model_dump(exclude_none=True), status_code=503, headers={"Retry-After": "5"})
@@ -145,3 +152,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal)
