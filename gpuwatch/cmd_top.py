@@ -44,18 +44,6 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    if seconds < 100:
-        return f"{seconds:.0f}s"
-    if seconds < 6000:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 360_000:
-        return f"{seconds / 3600:.0f}h"
-    return f"{seconds / 86400:.0f}d"
-
-
 def _memory(m: dict[str, float]) -> str:
     used, free = m.get("DCGM_FI_DEV_FB_USED"), m.get("DCGM_FI_DEV_FB_FREE")
     if used is None:
@@ -89,6 +77,8 @@ def fleet_table(gpus: list[dict[str, Any]], title: str, height: int | None = Non
     from rich import box
     from rich.table import Table
 
+    from collector.api.health import age_text
+
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
                   expand=True, show_edge=False)
     table.add_column("node", no_wrap=True, overflow="ellipsis", max_width=14)
@@ -103,12 +93,13 @@ def fleet_table(gpus: list[dict[str, Any]], title: str, height: int | None = Non
     shown = gpus if len(gpus) <= room else gpus[:room - 1]
     for g in shown:
         m = g["metrics"]
+        age = age_text(g.get("sample_age_seconds"), compact=True)
         index = g.get("gpu_index")
         table.add_row(
             g["node"], "?" if index is None else str(index), _pods(g), _pct(m.get("DCGM_FI_PROF_SM_ACTIVE")),
             _memory(m), _num(m.get("DCGM_FI_DEV_POWER_USAGE"), ".0f"), _num(m.get("DCGM_FI_DEV_GPU_TEMP"), ".0f"),
             f"[{_COLOURS.get(g['health'], 'white')}]{g['health'].replace('_', ' ')}[/]",
-            f"[red]{_age(g.get('sample_age_seconds'))}[/]" if g.get("stale") else _age(g.get("sample_age_seconds")),
+            f"[red]{age}[/]" if g.get("stale") else age,
             str(g["open_anomalies"]),
         )
     hidden = gpus[len(shown):]

@@ -68,15 +68,16 @@ def judge(sample_ts: datetime | None, anomalies: Sequence[OpenAnomaly], now: dat
     if age is None:
         reasons.append("no sample stored")
     elif age > stale_after.total_seconds():
-        reasons.append(f"newest sample is {_age_text(age)} old")
+        reasons.append(f"newest sample is {age_text(age)} old")
     return Verdict(status, reasons, age)
 
 
-def _age_text(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} days"
+def age_text(seconds: float | None, *, compact: bool = False) -> str:
+    """A sample age for people: ``42 s``, ``5 min``, ``3 h``, ``2 days`` (compact: ``42s``, ``5m``...)."""
+    if seconds is None:
+        return "never"
+    for limit, width, unit, short in ((120, 1, "s", "s"), (7200, 60, "min", "m"), (172_800, 3600, "h", "h"),
+                                      (float("inf"), 86400, "days", "d")):
+        if seconds < limit:
+            return f"{seconds / width:.0f}{short}" if compact else f"{seconds / width:.0f} {unit}"
+    raise AssertionError("unreachable: the last limit is infinite")
