@@ -90,26 +90,27 @@ async def populate(dsn: str) -> dict[str, Any]:
             await conn.execute(
                 "INSERT INTO service_pod_usage_1m (bucket, namespace, service, pod, gpu_seconds, running_seconds,"
                 " sm_active_weighted, sm_active_weight, tensor_active_weighted, tensor_active_weight,"
-                " memory_mib_seconds, energy_j) "
+                " memory_mib_seconds, energy_j, gpu_minutes, memory_mib) "
                 "SELECT $1::timestamptz + m * interval '1 minute', $2, $3, format('%s-%s', $3::text, p), 480, 60,"
                 " 480 * (0.5 + 0.4 * sin(p + m)), 480, 480 * (0.3 + 0.2 * cos(p + m)), 480, 480 * 58000.0,"
-                " 480 * (400 + 200 * sin(m / 60.0)) "
+                " 480 * (400 + 200 * sin(m / 60.0)), 8, 8 * 58000.0 "
                 "FROM generate_series(0, $4::int - 1) p, generate_series(0, 1439) m", start, ns, service, pods)
         await conn.execute(
             "INSERT INTO service_usage_1m (bucket, namespace, service, gpu_seconds, running_seconds,"
             " sm_active_weighted, sm_active_weight, tensor_active_weighted, tensor_active_weight,"
-            " memory_mib_seconds, energy_j) "
+            " memory_mib_seconds, energy_j, gpu_minutes, memory_mib) "
             "SELECT bucket, namespace, service, sum(gpu_seconds), max(running_seconds), sum(sm_active_weighted),"
             " sum(sm_active_weight), sum(tensor_active_weighted), sum(tensor_active_weight),"
-            " sum(memory_mib_seconds), sum(energy_j) FROM service_pod_usage_1m GROUP BY 1, 2, 3")
+            " sum(memory_mib_seconds), sum(energy_j), sum(gpu_minutes), sum(memory_mib)"
+            " FROM service_pod_usage_1m GROUP BY 1, 2, 3")
         await conn.execute(
             "INSERT INTO service_pod_usage_1h (bucket, namespace, service, pod, gpu_seconds, running_seconds,"
             " sm_active_weighted, sm_active_weight, tensor_active_weighted, tensor_active_weight,"
-            " memory_mib_seconds, energy_j) "
+            " memory_mib_seconds, energy_j, gpu_minutes, memory_mib) "
             "SELECT date_trunc('hour', bucket), namespace, service, pod, sum(gpu_seconds), sum(running_seconds),"
             " sum(sm_active_weighted), sum(sm_active_weight), sum(tensor_active_weighted),"
-            " sum(tensor_active_weight), sum(memory_mib_seconds), sum(energy_j) FROM service_pod_usage_1m"
-            " GROUP BY 1, 2, 3, 4")
+            " sum(tensor_active_weight), sum(memory_mib_seconds), sum(energy_j), sum(gpu_minutes), sum(memory_mib)"
+            " FROM service_pod_usage_1m GROUP BY 1, 2, 3, 4")
         # raw samples of the last RAW_MINUTES for the usage refresh: every GPU at 1 s, one process each
         raw_from = END - timedelta(minutes=RAW_MINUTES)
         await conn.execute(

@@ -44,9 +44,10 @@ HOUR: Final = timedelta(hours=1)
 #: Most minutes one statement computes (bounds the window sort of a rebuild).
 _CHUNK: Final = timedelta(hours=1)
 
-#: Columns summed when rolling pod minutes up to service minutes or pod hours.
+#: Columns summed when rolling pod minutes up to service minutes or pod hours
+#: (gpu_minutes and memory_mib, in MiB-minutes, for queries written against migration 0031).
 _SUMS: Final = ("gpu_seconds", "sm_active_weighted", "sm_active_weight", "tensor_active_weighted",
-                "tensor_active_weight", "memory_mib_seconds", "energy_j")
+                "tensor_active_weight", "memory_mib_seconds", "energy_j", "gpu_minutes", "memory_mib")
 _COLUMNS: Final = ", ".join((*_SUMS, "running_seconds"))
 _TABLES: Final = ("service_pod_usage_1m", "service_usage_1m", "service_pod_usage_1h", "service_usage_minutes")
 
@@ -75,7 +76,8 @@ _INSERT_POD_1M: Final = (
     "  FROM p JOIN d ON d.gpu = p.gpu AND d.ts = p.ts GROUP BY 1, 2, 3, 4, 5\n"
     ")\n"
     "SELECT bucket, namespace, service, pod, sum(secs), COALESCE(sum(smw), 0), COALESCE(sum(smn), 0),"
-    " COALESCE(sum(tw), 0), COALESCE(sum(tn), 0), sum(mem), COALESCE(sum(energy), 0), LEAST(60, max(secs))\n"
+    " COALESCE(sum(tw), 0), COALESCE(sum(tn), 0), sum(mem), COALESCE(sum(energy), 0), count(*), sum(mem) / 60,"
+    " LEAST(60, max(secs))\n"
     "FROM held GROUP BY bucket, namespace, service, pod"
 )
 _INSERT_SVC_1M: Final = (

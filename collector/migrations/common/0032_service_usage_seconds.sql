@@ -11,9 +11,10 @@
 -- New columns, per row: running_seconds = seconds in which the pod (service) held at
 -- least one GPU (per minute: its longest-held GPU; summed over minutes in the hourly
 -- table); memory_mib_seconds = the pod's memory on all its GPUs x the seconds held.
--- gpu_minutes and memory_mib are gone. Rows written before this migration get
--- approximations (their minute's average holding); the rollup recomputes the last hours
--- from raw samples on its next rounds.
+-- gpu_minutes (pod, GPU, minute holdings) and memory_mib (= memory_mib_seconds / 60,
+-- MiB-minutes) stay filled for queries written against them (the Grafana dashboards).
+-- Rows written before this migration get approximations (their minute's average
+-- holding); the rollup recomputes the last hours from raw samples on its next rounds.
 --
 -- service_usage_minutes remembers, per minute computed, the number of GPU samples the
 -- 1-minute rollup held then; a minute whose count has changed since (late data from an
@@ -32,10 +33,6 @@ UPDATE service_usage_1m SET running_seconds = COALESCE(gpu_seconds / NULLIF(gpu_
     memory_mib_seconds = memory_mib * gpu_seconds / NULLIF(gpu_minutes, 0);
 UPDATE service_pod_usage_1h SET running_seconds = LEAST(3600, COALESCE(60 * gpu_seconds / NULLIF(gpu_minutes, 0), 0)),
     memory_mib_seconds = memory_mib * gpu_seconds / NULLIF(gpu_minutes, 0);
-
-ALTER TABLE service_pod_usage_1m DROP COLUMN gpu_minutes, DROP COLUMN memory_mib;
-ALTER TABLE service_usage_1m DROP COLUMN gpu_minutes, DROP COLUMN memory_mib;
-ALTER TABLE service_pod_usage_1h DROP COLUMN gpu_minutes, DROP COLUMN memory_mib;
 
 CREATE TABLE service_usage_minutes (
     bucket timestamptz PRIMARY KEY,
