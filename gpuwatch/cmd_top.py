@@ -53,16 +53,26 @@ def _memory(m: dict[str, float]) -> str:
     return f"{used / 1024:.0f}/{(used + free) / 1024:.0f}"
 
 
-def _pods(g: dict[str, Any]) -> str:
-    parts = []
-    for p in g.get("pods", []):
-        name = f"{p['namespace'] or '?'}/{p['pod'] or '?'}"
-        if p.get("processes", 1) > 1:
-            name += f" x{p['processes']}"
-        if p.get("service"):
-            name += f" ({p['service']})"
-        parts.append(name)
-    return ", ".join(parts) or "-"
+def _pods(g: dict[str, Any], room: int | None) -> str:
+    """The GPU's pods, as fully as ``room`` characters allow: ``ns/pod x2 (service)``, else
+    without the namespace, else without the service too."""
+    pods = g.get("pods", [])
+    if not pods:
+        return "-"
+
+    def text(namespace: bool, service: bool) -> str:
+        parts = []
+        for p in pods:
+            name = f"{p['namespace'] or '?'}/{p['pod'] or '?'}" if namespace else (p["pod"] or "?")
+            if p.get("processes", 1) > 1:
+                name += f" x{p['processes']}"
+            if service and p.get("service"):
+                name += f" ({p['service']})"
+            parts.append(name)
+        return ", ".join(parts)
+
+    variants = [text(True, True), text(False, True), text(False, False)]
+    return next((v for v in variants if room is None or len(v) <= room), variants[-1])
 
 
 def summary(gpus: list[dict[str, Any]]) -> str:
@@ -72,31 +82,41 @@ def summary(gpus: list[dict[str, Any]]) -> str:
     return ", ".join(f"{counts[h]} {h.replace('_', ' ')}" for h in _WORST_FIRST if h in counts)
 
 
-def fleet_table(gpus: list[dict[str, Any]], title: str, height: int | None = None) -> Any:
-    """The fleet as a rich Table, one row per GPU; at most ``height`` lines tall when given."""
+_NODE_WIDTH = 12
+#: Widths of the columns other than the node's and the pods' (a space follows each column).
+_FIXED = (3, 4, 7, 4, 3, 8, 5, 2)
+
+
+def fleet_table(gpus: list[dict[str, Any]], title: str, height: int | None = None, width: int | None = None) -> Any:
+    """The fleet as a rich Table, one row per GPU; at most ``height`` lines tall and ``width``
+    columns wide when given."""
     from rich import box
     from rich.table import Table
 
     from collector.api.health import age_text
 
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
-                  expand=True, show_edge=False)
-    table.add_column("node", no_wrap=True, overflow="ellipsis", max_width=14)
-    table.add_column("gpu", justify="right", no_wrap=True, min_width=3)
-    table.add_column("pods (service)", no_wrap=True, overflow="ellipsis", min_width=10, ratio=1)
-    for name, width in (("SM", 4), ("GiB", 7), ("W", 4), ("°C", 3)):
-        table.add_column(name, justify="right", no_wrap=True, min_width=width)
-    table.add_column("health", no_wrap=True, min_width=8)
-    table.add_column("age", justify="right", no_wrap=True, min_width=5)
-    table.add_column("an", justify="right", no_wrap=True, min_width=2)
-    room = len(gpus) if height is None else max(1, height - 5)  # title, header, rule, footer, prompt line
-    shown = gpus if len(gpus) <= room else gpus[:room - 1]
+    rows = len(gpus) if height is None else max(1, height - 5)  # title, header, rule, footer, prompt line
+    shown = gpus if len(gpus) <= rows else gpus[:rows - 1]
+    node_w = min(_NODE_WIDTH, max((len(g["node"]) for g in shown), default=4))
+    # the box's one-space column separators are the only spacing (no cell padding)
+    room = None if width is None else max(10, width - node_w - sum(_FIXED) - (len(_FIXED) + 1))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False,
+                  show_edge=False, expand=width is None)
+    table.add_column("node", no_wrap=True, overflow="ellipsis", width=node_w)
+    widths = iter(_FIXED)
+    table.add_column("gpu", justify="right", no_wrap=True, width=next(widths))
+    table.add_column("pods (service)", no_wrap=True, overflow="ellipsis", width=room)
+    for name in ("SM", "GiB", "W", "°C"):
+        table.add_column(name, justify="right", no_wrap=True, width=next(widths))
+    table.add_column("health", no_wrap=True, width=next(widths))
+    table.add_column("age", justify="right", no_wrap=True, width=next(widths))
+    table.add_column("an", justify="right", no_wrap=True, width=next(widths))
     for g in shown:
         m = g["metrics"]
         age = age_text(g.get("sample_age_seconds"), compact=True)
         index = g.get("gpu_index")
         table.add_row(
-            g["node"], "?" if index is None else str(index), _pods(g), _pct(m.get("DCGM_FI_PROF_SM_ACTIVE")),
+            g["node"], "?" if index is None else str(index), _pods(g, room), _pct(m.get("DCGM_FI_PROF_SM_ACTIVE")),
             _memory(m), _num(m.get("DCGM_FI_DEV_POWER_USAGE"), ".0f"), _num(m.get("DCGM_FI_DEV_GPU_TEMP"), ".0f"),
             f"[{_COLOURS.get(g['health'], 'white')}]{g['health'].replace('_', ' ')}[/]",
             f"[red]{age}[/]" if g.get("stale") else age,
@@ -134,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
                 raise RuntimeError(f"{resp.status_code}: {why}")
             gpus = resp.json()["items"]
             title = f"gpuwatch {args.url} · {len(gpus)} GPUs: {summary(gpus)} · {time.strftime('%H:%M:%S')}"
-            return fleet_table(gpus, title, height)
+            return fleet_table(gpus, title, height, console.width)
 
         try:
             first = fetch(None if args.once else console.height)

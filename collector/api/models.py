@@ -276,3 +276,6 @@ class SettingsOut(BaseModel):
     token_cache_seconds: float
     cors_origins: list[str]
     tls: bool
+    stale_after_seconds: float
+    metrics_auth: bool
+    metrics_per_service: bool

@@ -72,4 +72,5 @@ async def settings(ctx: Ctx, _who: Admin) -> SettingsOut:
     s = ctx.settings
     return SettingsOut(price_per_gpu_hour=s.price_per_gpu_hour, currency=s.currency, max_points=s.max_points,
                        token_cache_seconds=s.token_cache_seconds, cors_origins=s.cors_origins,
-                       tls=s.tls_cert is not None)
+                       tls=s.tls_cert is not None, stale_after_seconds=s.stale_after_seconds,
+                       metrics_auth=s.metrics_auth, metrics_per_service=s.metrics_per_service)

@@ -47,6 +47,8 @@ def test_metrics_auth_and_scopes(fleet_db: Fleet) -> None:
         refused = _get(client, fleet_db, None)
         assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
         assert _get(client, fleet_db, "research").status_code == 200
+        shown = client.get("/api/v1/settings", headers={"Authorization": f"Bearer {fleet_db.tokens['admin']}"})
+        assert shown.json()["metrics_auth"] is True and shown.json()["metrics_per_service"] is True
         everything = _get(client, fleet_db, "viewer").text
         research = _get(client, fleet_db, "research").text
         nobody = _get(client, fleet_db, "nobody").text
