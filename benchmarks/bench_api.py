@@ -12,8 +12,9 @@ It then fills the database (straight SQL, no ingest):
   (``service_pod_usage_1m``, ``service_usage_1m``, ``service_pod_usage_1h``), as the
   usage rollup writes them;
 * the last 10 minutes of raw samples of all 1,024 GPUs at 1 s (614,400 rows of
-  ``gpu_samples`` and as many of ``process_samples``) and their minute counts in
-  ``gpu_samples_1m``, for the usage refresh;
+  ``gpu_samples`` and as many of ``process_samples``) and 6 hours of minute counts in
+  ``gpu_samples_1m`` (368,640 rows; the earlier minutes recorded as computed), for the
+  usage refresh;
 * one GPU with one hour of raw samples at 1 s (3,600 rows of ``gpu_samples``).
 
 It serves the API in this process (uvicorn, as ``gpuwatch up`` does) and measures:
@@ -131,6 +132,15 @@ async def populate(dsn: str) -> dict[str, Any]:
             "INSERT INTO gpu_samples_1m (bucket, gpu, node, samples) "
             "SELECT date_trunc('minute', ts), gpu, max(node), count(*) FROM gpu_samples WHERE ts >= $1 GROUP BY 1, 2",
             raw_from)
+        # the hours before: minute counts, already computed by earlier refreshes (what the 6-hour scan reads)
+        await conn.execute(
+            "INSERT INTO gpu_samples_1m (bucket, gpu, node, samples) "
+            "SELECT $1::timestamptz + m * interval '1 minute', format('GPU-bench-%s', g), format('node-%s', g / 8), 60 "
+            "FROM generate_series(0, $2::int - 1) g, generate_series(0, $3::int - 1) m",
+            END - timedelta(hours=6), 2 * GPUS_PER_SERVICE, 6 * 60 - RAW_MINUTES)
+        await conn.execute(
+            "INSERT INTO service_usage_minutes (bucket, gpu_samples) "
+            "SELECT bucket, sum(samples) FROM gpu_samples_1m WHERE bucket < $1 GROUP BY 1", raw_from)
         hour = END - timedelta(hours=1)
         await conn.execute(
             "INSERT INTO gpu_inventory (gpu, node, model, first_seen, last_seen) VALUES ($1, 'node-series',"
@@ -144,7 +154,7 @@ async def populate(dsn: str) -> dict[str, Any]:
         await conn.execute("ANALYZE")
         rows = {t: await conn.fetchval(f"SELECT count(*) FROM {t}")  # t: constants of this script
                 for t in ("service_pod_usage_1m", "service_usage_1m", "service_pod_usage_1h", "gpu_samples",
-                          "process_samples")}
+                          "process_samples", "gpu_samples_1m")}
         token, _ = await tokens.create(conn, "viewer", None, "bench")
     finally:
         await conn.close()
