@@ -3,6 +3,12 @@
 Why through the API and not the database: it works from any laptop with a token, sees
 exactly what that token may see (namespace scopes included), and needs no DSN.
 The token comes from ``GPUWATCH_TOKEN`` (preferred: it stays out of ``ps``) or ``--token``.
+
+Layout: one row per GPU (its pods joined, a pod with several processes once), sized to
+the terminal: the numeric columns, the health and the sample age keep their widths and
+only the node and pods columns give way (with an ellipsis), so it reads at 80x24;
+rows that do not fit are counted in the last line. Health is the API's (open anomalies
+and sample age), the same as on the web page.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ import time
 from typing import Any
 
 _DEFAULT_URL = "http://127.0.0.1:8080"
+_COLOURS = {"ok": "green", "degraded": "yellow", "critical": "bold red", "stale": "bright_black",
+            "no_data": "bright_black"}
+_WORST_FIRST = ("critical", "no_data", "stale", "degraded", "ok")
 
 
 def register(subparsers: Any) -> None:
@@ -28,33 +37,95 @@ def register(subparsers: Any) -> None:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:5.1f}%"
+    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def fleet_table(gpus: list[dict[str, Any]], title: str) -> Any:
-    """The fleet as a rich Table (one row per GPU)."""
+def _memory(m: dict[str, float]) -> str:
+    used, free = m.get("DCGM_FI_DEV_FB_USED"), m.get("DCGM_FI_DEV_FB_FREE")
+    if used is None:
+        return "-"
+    if free is None:
+        return f"{used / 1024:.0f}"
+    return f"{used / 1024:.0f}/{(used + free) / 1024:.0f}"
+
+
+def _pods(g: dict[str, Any], room: int | None) -> str:
+    """The GPU's pods, as fully as ``room`` characters allow: ``ns/pod x2 (service)``, else
+    without the namespace, else without the service too."""
+    pods = g.get("pods", [])
+    if not pods:
+        return "-"
+
+    def text(namespace: bool, service: bool) -> str:
+        parts = []
+        for p in pods:
+            name = f"{p['namespace'] or '?'}/{p['pod'] or '?'}" if namespace else (p["pod"] or "?")
+            if p.get("processes", 1) > 1:
+                name += f" x{p['processes']}"
+            if service and p.get("service"):
+                name += f" ({p['service']})"
+            parts.append(name)
+        return ", ".join(parts)
+
+    variants = [text(True, True), text(False, True), text(False, False)]
+    return next((v for v in variants if room is None or len(v) <= room), variants[-1])
+
+
+def summary(gpus: list[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for g in gpus:
+        counts[g["health"]] = counts.get(g["health"], 0) + 1
+    return ", ".join(f"{counts[h]} {h.replace('_', ' ')}" for h in _WORST_FIRST if h in counts)
+
+
+_NODE_WIDTH = 12
+#: Widths of the columns other than the node's and the pods' (a space follows each column).
+_FIXED = (3, 4, 7, 4, 3, 8, 5, 2)
+
+
+def fleet_table(gpus: list[dict[str, Any]], title: str, height: int | None = None, width: int | None = None) -> Any:
+    """The fleet as a rich Table, one row per GPU; at most ``height`` lines tall and ``width``
+    columns wide when given."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, expand=True)
-    for name, justify in (("node", "left"), ("GPU", "left"), ("model", "left"), ("pod / service", "left"),
-                          ("SM act", "right"), ("memory MiB", "right"), ("power W", "right"), ("temp °C", "right"),
-                          ("health", "left"), ("anom.", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    colours = {"ok": "green", "degraded": "yellow", "critical": "red", "stale": "bright_black"}
-    for g in gpus:
+    from collector.api.health import age_text
+
+    rows = len(gpus) if height is None else max(1, height - 5)  # title, header, rule, footer, prompt line
+    shown = gpus if len(gpus) <= rows else gpus[:rows - 1]
+    node_w = min(_NODE_WIDTH, max((len(g["node"]) for g in shown), default=4))
+    # the box's one-space column separators are the only spacing (no cell padding)
+    room = None if width is None else max(10, width - node_w - sum(_FIXED) - (len(_FIXED) + 1))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False,
+                  show_edge=False, expand=width is None)
+    table.add_column("node", no_wrap=True, overflow="ellipsis", width=node_w)
+    widths = iter(_FIXED)
+    table.add_column("gpu", justify="right", no_wrap=True, width=next(widths))
+    table.add_column("pods (service)", no_wrap=True, overflow="ellipsis", width=room)
+    for name in ("SM", "GiB", "W", "°C"):
+        table.add_column(name, justify="right", no_wrap=True, width=next(widths))
+    table.add_column("health", no_wrap=True, width=next(widths))
+    table.add_column("age", justify="right", no_wrap=True, width=next(widths))
+    table.add_column("an", justify="right", no_wrap=True, width=next(widths))
+    for g in shown:
         m = g["metrics"]
-        holders = ", ".join(f"{h['namespace'] or '?'}/{h['pod'] or '?'} ({h['service'] or '-'})"
-                            for h in g["holders"]) or "-"
+        age = age_text(g.get("sample_age_seconds"), compact=True)
+        index = g.get("gpu_index")
         table.add_row(
-            g["node"], g["gpu"][:20], g["model"] or "-", holders, _pct(m.get("DCGM_FI_PROF_SM_ACTIVE")),
-            _num(m.get("DCGM_FI_DEV_FB_USED"), ".0f"), _num(m.get("DCGM_FI_DEV_POWER_USAGE"), ".0f"),
-            _num(m.get("DCGM_FI_DEV_GPU_TEMP"), ".0f"),
-            f"[{colours.get(g['health'], 'white')}]{g['health']}[/]", str(g["open_anomalies"]),
+            g["node"], "?" if index is None else str(index), _pods(g, room), _pct(m.get("DCGM_FI_PROF_SM_ACTIVE")),
+            _memory(m), _num(m.get("DCGM_FI_DEV_POWER_USAGE"), ".0f"), _num(m.get("DCGM_FI_DEV_GPU_TEMP"), ".0f"),
+            f"[{_COLOURS.get(g['health'], 'white')}]{g['health'].replace('_', ' ')}[/]",
+            f"[red]{age}[/]" if g.get("stale") else age,
+            str(g["open_anomalies"]),
         )
+    hidden = gpus[len(shown):]
+    if hidden:
+        table.caption = f"... {len(hidden)} more GPUs ({summary(hidden)}): enlarge the terminal"
+        table.caption_justify = "left"
     return table
 
 
@@ -73,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=10.0,
                       verify=not args.insecure) as client:
 
-        def fetch() -> Any:
+        def fetch(height: int | None) -> Any:
             resp = client.get("/api/v1/gpus")
             if resp.status_code != 200:
                 try:
@@ -82,10 +153,11 @@ def run(args: argparse.Namespace) -> int:
                     why = resp.text
                 raise RuntimeError(f"{resp.status_code}: {why}")
             gpus = resp.json()["items"]
-            return fleet_table(gpus, f"gpuwatch · {args.url} · {len(gpus)} GPUs · {time.strftime('%H:%M:%S')}")
+            title = f"gpuwatch {args.url} · {len(gpus)} GPUs: {summary(gpus)} · {time.strftime('%H:%M:%S')}"
+            return fleet_table(gpus, title, height, console.width)
 
         try:
-            first = fetch()
+            first = fetch(None if args.once else console.height)
         except (httpx.HTTPError, RuntimeError) as exc:
             print(f"gpuwatch top: {args.url}: {exc}", file=sys.stderr)
             return 1
@@ -97,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                 while True:
                     time.sleep(args.interval)
                     try:
-                        live.update(fetch(), refresh=True)
+                        live.update(fetch(console.height), refresh=True)
                     except (httpx.HTTPError, RuntimeError) as exc:
                         live.update(f"[red]{args.url}: {exc}[/] (retrying)", refresh=True)
         except KeyboardInterrupt:

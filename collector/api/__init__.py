@@ -17,7 +17,14 @@ namespaces: the newest sample for ``/gpus`` and ``/nodes``, each raw sample (or 
 1-minute bucket when the series is read from the rollup) for ``/gpus/{uuid}/series``,
 and the newest sample at most one minute before an event for ``/events``. Everything
 else does not exist for that token: 404 for a GPU or node, absent from lists, and never
-counted in any total (totals are computed from the rows the token may see).
+counted in any total (totals are computed from the rows the token may see). Anomaly,
+alert and silence ids are opaque (:mod:`collector.api.ids`), so their numbering cannot
+be used to count other namespaces' rows, and a silence's ``created_by`` is shown only
+to its creator and to admins who may see that token.
+
+Errors: every bad request is a 400 naming the field (unknown query parameters and
+out-of-range times included); an unknown GPU, node or service is a 404. Health
+(:mod:`collector.api.health`) is derived from open anomalies and the newest sample's age.
 """
 
 from collector.api.app import create_app

@@ -2,16 +2,16 @@
 
 Why a factory: the collector, ``gpuwatch up``, tests and benchmarks each build one app
 over their own pool and settings; nothing is global. CORS stays off unless origins are
-configured. The OpenAPI document declares the JSON error body for every error status,
-422 included (FastAPI's own validation schema is replaced), so clients and Schemathesis
-can rely on one shape.
+configured. The OpenAPI document declares the JSON error body for every error status;
+FastAPI's automatic 422 answers are removed from it (validation errors are 400s here,
+see :mod:`collector.api.errors`), so clients and Schemathesis can rely on one shape.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
@@ -42,30 +42,30 @@ def create_app(pool: Any, settings: ApiSettings | None = None, stats: IngestStat
     rate = metrics.RateWindow()
 
     @app.get("/metrics", include_in_schema=False)
-    async def collector_metrics() -> Response:
-        return Response(await metrics.render(app.state.ctx, rate), media_type="text/plain; version=0.0.4")
+    async def collector_metrics(request: Request) -> Response:
+        ctx: ApiContext = app.state.ctx
+        who = await metrics.caller(ctx, request)
+        return Response(await metrics.render(ctx, rate, who), media_type="text/plain; version=0.0.4")
 
     if cfg.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cfg.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
-    _error_schema_for_422(app)
+    _no_422_in_document(app)
     return app
 
 
-def _error_schema_for_422(app: FastAPI) -> None:
-    """Make the document's 422 answers use :class:`errors.ErrorBody`, as the handler does."""
+def _no_422_in_document(app: FastAPI) -> None:
+    """Drop FastAPI's automatic 422 answers from the document: validation errors are 400s
+    with :class:`errors.ErrorBody`, which every route already declares."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         doc = build()
-        ref = {"$ref": "#/components/schemas/ErrorBody"}
         for path in doc.get("paths", {}).values():
             for op in path.values():
-                answer = op.get("responses", {}).get("422")
-                if answer is not None:
-                    answer["content"] = {"application/json": {"schema": ref}}
+                op.get("responses", {}).pop("422", None)
         for name in ("HTTPValidationError", "ValidationError"):
             doc.get("components", {}).get("schemas", {}).pop(name, None)
         app.openapi_schema = doc

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from collector.api import tokens
@@ -46,6 +46,11 @@ async def authenticate(
         principal = Principal(info.id, info.name, info.role, info.namespaces)
         cache.put(key, principal)
     return principal
+
+
+async def from_request(ctx: ApiContext, request: Request) -> Principal:
+    """The caller of a route outside ``/api/v1`` (``/metrics``), checked as :func:`authenticate` does."""
+    return await authenticate(ctx, await _bearer(request))
 
 
 def require(role: tokens.Role) -> Callable[..., Awaitable[Principal]]:

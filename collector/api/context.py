@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import Request
 
+from collector.api import ids
 from collector.api.principal import TokenCache
 from collector.api.settings import ApiSettings
 
@@ -34,6 +35,13 @@ class ApiContext:
     settings: ApiSettings
     stats: IngestStats = field(default_factory=IngestStats)
     token_cache: TokenCache = field(default_factory=lambda: TokenCache(10.0))
+    id_codec: ids.IdCodec | None = None
+
+    async def codec(self) -> ids.IdCodec:
+        """The opaque-id codec, its key read from the database once."""
+        if self.id_codec is None:
+            self.id_codec = await ids.load(self.pool)
+        return self.id_codec
 
 
 def get_context(request: Request) -> ApiContext:

@@ -3,10 +3,15 @@ field caused it, which one.
 
 Why: clients (the web page, ``gpuwatch top``, scripts) show the message as is, and the
 OpenAPI document declares this one body for every error, so Schemathesis can check it.
+One status per kind of error: every bad request (a malformed or out-of-range parameter,
+an unknown query parameter, a body that does not validate) is 400 with ``field`` naming
+the culprit; 401 unauthenticated, 403 not allowed, 404 not found or not visible, 503
+database unavailable. FastAPI's own 422 for validation errors is turned into that 400.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -55,7 +60,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "missing, unknown or revoked token"),
         (403, "the token's role or namespaces do not allow this"),
         (404, "not found (or not visible to this token)"),
-        (422, "malformed parameter (the field is named)"),
         (503, "the database is unavailable"),
     )
 }
@@ -77,8 +81,8 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     first = errors[0] if errors else {}
     field = _field_of(first.get("loc", ()))
     message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid request"))
-    body = ErrorBody(error="invalid_request", message=message, field=field)
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=422)
+    body = ErrorBody(error="bad_request", message=message, field=field)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=400)
 
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -88,8 +92,35 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body.model_dump(exclude_none=True), status_code=exc.status_code, headers=exc.headers)
 
 
-async def reject_nul(request: Request) -> None:
-    """Refuse NUL characters in query and path values (PostgreSQL text cannot hold them)."""
+def _query_names(dependant: Any) -> Iterator[str]:
+    for param in dependant.query_params:
+        yield str(param.alias)
+    for sub in dependant.dependencies:
+        yield from _query_names(sub)
+
+
+_DECLARED: dict[int, frozenset[str]] = {}
+
+
+def _declared_query(route: Any) -> frozenset[str]:
+    """The query parameters ``route`` declares (its own and its dependencies'), cached per route."""
+    names = _DECLARED.get(id(route))
+    if names is None:
+        names = _DECLARED[id(route)] = frozenset(_query_names(route.dependant))
+    return names
+
+
+async def check_request(request: Request) -> None:
+    """Refuse query parameters the route does not declare (a typo like ``?strat=`` would
+    otherwise be ignored silently) and NUL characters in query and path values
+    (PostgreSQL text cannot hold them)."""
+    route = request.scope.get("route")
+    if route is not None:
+        declared = _declared_query(route)
+        unknown = sorted(k for k in request.query_params if k not in declared)
+        if unknown:
+            allowed = ", ".join(sorted(declared)) or "none"
+            raise bad_request(unknown[0], f"unknown query parameter (this endpoint takes: {allowed})")
     for name, value in (*request.query_params.multi_items(), *request.path_params.items()):
         if "\x00" in str(value):
             raise bad_request(name, "must not contain NUL characters")
@@ -99,6 +130,13 @@ async def _data_error(_request: Request, exc: Exception) -> JSONResponse:
     # A value PostgreSQL refused (e.g. a NUL inside a JSON body): the client's fault.
     body = ErrorBody(error="bad_request", message=f"a value was refused by the database: {type(exc).__name__}")
     return JSONResponse(body.model_dump(exclude_none=True), status_code=400)
+
+
+async def _internal(_request: Request, exc: Exception) -> JSONResponse:
+    # A bug: the client gets JSON without internals; the server log gets the traceback
+    # (Starlette re-raises after this answer, and uvicorn logs it).
+    body = ErrorBody(error="internal", message=f"internal error ({type(exc).__name__}); it is logged on the server")
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=500)
 
 
 async def _db_unavailable(_request: Request, exc: Exception) -> JSONResponse:
@@ -114,3 +152,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal)

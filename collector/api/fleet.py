@@ -3,10 +3,13 @@
 Why one query for all three views: ``/gpus``, ``/nodes`` and ``/services`` are views of
 the same snapshot (per GPU, its newest sample and that sample's processes), and building
 nodes and services from the GPU rows the caller may see means a namespace-scoped token
-can never count a GPU it may not see. Health is judged from the newest sample: stale when
-the GPU has not reported for :data:`STALE_AFTER`; critical on an uncorrectable ECC error
-or an XID that means the GPU needs attention; degraded while a hardware slowdown,
-thermal or power-brake clock event is active; else ok.
+can never count a GPU it may not see. Health comes from :func:`collector.api.health.judge`
+(open anomalies the caller may see, and the newest sample's age); a node's open anomaly
+counts are the sums of its GPUs' counts, so ``/nodes`` and ``/gpus`` always agree.
+
+A GPU's index is its position by PCI bus id among its node's GPUs (NVML enumerates
+devices in PCI bus order, so this is the index ``nvidia-smi`` shows); MIG instances take
+their parent's. It is derived here because the inventory keeps the bus id, not the index.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any, Final
 
 import asyncpg
 
+from collector.api.health import Health, OpenAnomaly, judge
 from collector.api.principal import Principal
 from collector.store.schema import BY_KEY
 
-STALE_AFTER: Final = timedelta(minutes=5)
+DEFAULT_STALE_AFTER: Final = timedelta(seconds=60)
 
 #: The metrics shown for each GPU in the fleet view (catalog keys).
 FLEET_METRICS: Final[tuple[str, ...]] = (
@@ -42,12 +46,6 @@ FLEET_METRICS: Final[tuple[str, ...]] = (
 )
 _COLS: Final = [BY_KEY[k] for k in FLEET_METRICS]
 
-#: Clock event reasons that mean the GPU is being slowed down by hardware or heat.
-_SLOWDOWN_BITS: Final = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
-                         0x40: "hardware thermal slowdown", 0x80: "power brake"}
-#: XIDs after which the GPU needs attention (NVIDIA's XID catalog: reset or drain).
-_CRITICAL_XIDS: Final = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140})
-
 
 @dataclass(slots=True)
 class Holder:
@@ -55,6 +53,15 @@ class Holder:
     pod: str | None
     service: str | None
     container: str | None
+    used_memory_mib: float | None
+
+
+@dataclass(slots=True)
+class PodOnGpu:
+    namespace: str | None
+    pod: str | None
+    service: str | None
+    processes: int
     used_memory_mib: float | None
 
 
@@ -71,37 +78,30 @@ class GpuNow:
     last_seen: datetime
     sample_ts: datetime | None
     metrics: dict[str, float | int]
+    gpu_index: int | None = None
     holders: list[Holder] = field(default_factory=list)
-    health: str = "ok"
+    health: Health = "ok"
     reasons: list[str] = field(default_factory=list)
-    open_anomalies: int = 0
+    open_anomalies: dict[str, int] = field(default_factory=dict)  # severity -> count
+    sample_age_seconds: float | None = None
+    fresh: bool = False  # the newest sample is younger than the stale limit
 
+    @property
+    def open_anomaly_count(self) -> int:
+        return sum(self.open_anomalies.values())
 
-def judge(gpu: GpuNow, now: datetime) -> None:
-    """Set ``health`` and ``reasons`` from the newest sample."""
-    reasons: list[str] = []
-    status = "ok"
-    m = gpu.metrics
-    if now - gpu.last_seen > STALE_AFTER:
-        reasons.append(f"no sample since {gpu.last_seen.isoformat()}")
-        status = "stale"
-    dbe = m.get("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
-    xid = int(m.get("DCGM_FI_DEV_XID_ERRORS") or 0)
-    critical: list[str] = []
-    if dbe:
-        critical.append(f"{int(dbe)} uncorrectable ECC errors")
-    if xid in _CRITICAL_XIDS:
-        critical.append(f"XID {xid}")
-    elif xid:
-        reasons.append(f"XID {xid}")
-    reasons.extend(critical)
-    bits = int(m.get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS") or 0)
-    slow = [name for bit, name in _SLOWDOWN_BITS.items() if bits & bit]
-    reasons.extend(slow)
-    if status != "stale":
-        status = "critical" if critical else "degraded" if (slow or xid) else "ok"
-    gpu.health = status
-    gpu.reasons = reasons
+    def pods(self) -> list[PodOnGpu]:
+        """The holders grouped by pod: one entry per pod, its processes' memory summed."""
+        found: dict[tuple[str | None, str | None, str | None], PodOnGpu] = {}
+        for h in self.holders:
+            key = (h.namespace, h.pod, h.service)
+            pod = found.get(key)
+            if pod is None:
+                pod = found[key] = PodOnGpu(h.namespace, h.pod, h.service, 0, None)
+            pod.processes += 1
+            if h.used_memory_mib is not None:
+                pod.used_memory_mib = (pod.used_memory_mib or 0.0) + h.used_memory_mib
+        return list(found.values())
 
 
 def _fleet_sql(scoped: bool, by_node: bool) -> str:
@@ -117,6 +117,8 @@ def _fleet_sql(scoped: bool, by_node: bool) -> str:
     return (
         "SELECT i.gpu, i.node, i.model, i.driver_version, i.pci_bus_id, i.mig_profile, i.parent_gpu,"
         f" i.first_seen, i.last_seen, s.ts AS sample_ts, {', '.join('s.' + c.name for c in _COLS)},\n"
+        " CASE WHEN i.pci_bus_id IS NOT NULL THEN (SELECT count(DISTINCT j.pci_bus_id) FROM gpu_inventory j"
+        "  WHERE j.node = i.node AND j.pci_bus_id < i.pci_bus_id) END AS gpu_index,\n"
         " (SELECT jsonb_agg(jsonb_build_object('namespace', p.namespace, 'pod', p.pod, 'service', p.service,"
         " 'container', p.container, 'used_memory_mib', p.used_memory_mib) ORDER BY p.pid)"
         f"  FROM process_samples p WHERE p.gpu = i.gpu AND p.ts = s.ts{scope_p}) AS holders\n"
@@ -131,22 +133,28 @@ def _fleet_sql(scoped: bool, by_node: bool) -> str:
 _SQL: Final = {(scoped, by_node): _fleet_sql(scoped, by_node) for scoped in (False, True) for by_node in (False, True)}
 
 
-async def open_anomalies_by_gpu(db: Any, who: Principal) -> dict[str, int]:
+async def open_anomalies_by_gpu(db: Any, who: Principal) -> dict[str, list[OpenAnomaly]]:
     """Open anomalies per GPU that ``who`` may see; empty while the anomaly tables do not exist."""
-    sql = "SELECT gpu, count(*) AS n FROM anomalies WHERE end_ts IS NULL AND gpu IS NOT NULL"
+    sql = "SELECT gpu, severity, kind, summary FROM anomalies WHERE end_ts IS NULL AND gpu IS NOT NULL"
     args: list[Any] = []
     if who.scoped:
         sql += " AND namespace = ANY($1::text[])"
         args.append(who.scope_param())
     try:
-        rows = await db.fetch(sql + " GROUP BY gpu", *args)
+        rows = await db.fetch(sql + " ORDER BY start_ts", *args)
     except asyncpg.UndefinedTableError:
         return {}
-    return {r["gpu"]: int(r["n"]) for r in rows}
+    out: dict[str, list[OpenAnomaly]] = {}
+    for r in rows:
+        out.setdefault(r["gpu"], []).append(OpenAnomaly(r["severity"], r["kind"], r["summary"]))
+    return out
 
 
-async def fleet(db: Any, who: Principal, *, node: str | None = None, now: datetime | None = None) -> list[GpuNow]:
-    """Every GPU ``who`` may see now (optionally of one node), newest sample and holders included."""
+async def fleet(
+    db: Any, who: Principal, *, node: str | None = None, now: datetime | None = None,
+    stale_after: timedelta = DEFAULT_STALE_AFTER,
+) -> list[GpuNow]:
+    """Every GPU ``who`` may see now (optionally of one node), newest sample, holders and health included."""
     args: list[Any] = []
     if who.scoped:
         args.append(who.scope_param())
@@ -163,9 +171,14 @@ async def fleet(db: Any, who: Principal, *, node: str | None = None, now: dateti
             pci_bus_id=r["pci_bus_id"], mig_profile=r["mig_profile"], parent_gpu=r["parent_gpu"],
             first_seen=r["first_seen"], last_seen=r["last_seen"], sample_ts=r["sample_ts"],
             metrics={c.key: r[c.name] for c in _COLS if r[c.name] is not None},
-            holders=holders, open_anomalies=anomalies.get(r["gpu"], 0),
+            gpu_index=r["gpu_index"], holders=holders,
         )
-        judge(gpu, at)
+        found = anomalies.get(r["gpu"], [])
+        for a in found:
+            gpu.open_anomalies[a.severity] = gpu.open_anomalies.get(a.severity, 0) + 1
+        verdict = judge(gpu.sample_ts, found, at, stale_after)
+        gpu.health, gpu.reasons, gpu.sample_age_seconds = verdict.health, verdict.reasons, verdict.sample_age_seconds
+        gpu.fresh = verdict.sample_age_seconds is not None and verdict.sample_age_seconds <= stale_after.total_seconds()
         out.append(gpu)
     return out
 
@@ -189,6 +202,14 @@ class NodeNow:
             counts[g.health] = counts.get(g.health, 0) + 1
         return counts
 
+    def open_anomalies(self) -> dict[str, int]:
+        """Open anomalies per severity, summed over the node's GPUs (the same counts as ``/gpus``)."""
+        counts: dict[str, int] = {}
+        for g in self.gpus:
+            for severity, n in g.open_anomalies.items():
+                counts[severity] = counts.get(severity, 0) + n
+        return counts
+
 
 def nodes(gpus: list[GpuNow]) -> list[NodeNow]:
     by_node: dict[str, list[GpuNow]] = {}
@@ -209,7 +230,7 @@ def services(gpus: list[GpuNow], who: Principal) -> list[ServiceNow]:
     """Services holding GPUs now (the newest sample is fresh), each with its pods and GPUs."""
     found: dict[tuple[str | None, str], ServiceNow] = {}
     for g in gpus:
-        if g.health == "stale":
+        if not g.fresh:
             continue
         for h in g.holders:
             if h.service is None or not who.sees_namespace(h.namespace):

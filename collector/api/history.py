@@ -1,24 +1,29 @@
 """Per-service GPU history and cost, read from the service usage tables
 (:mod:`collector.api.usage`).
 
-Per step (and per pod, and in total over the whole range):
+Per step (and per pod, and in total over the whole range), each figure saying what it
+averages over:
 
-* GPU-seconds: time on GPUs, from the share of each GPU's samples that listed the pod,
-  at one-minute resolution;
-* gpus: the average number of GPUs held, GPU-seconds divided by the period's length (the
-  step for steps, the whole range for pods and the total);
-* SM active, tensor active: the GPUs' averages weighted by GPU-seconds;
-* memory used: the processes' memory summed over GPUs, averaged over the period's
-  minutes (steps, total) or per GPU held (pods), in MiB;
-* energy: the GPUs' average power times the GPU-seconds (kWh); a GPU shared by pods is
-  not split, each pays for its own time on it;
+* ``gpu_seconds``: the seconds GPUs were held (each sample counts for the time until
+  the GPU's next one), summed over GPUs; ``running_seconds``: the seconds in which at
+  least one GPU was held;
+* ``gpus_window_avg``: GPU-seconds divided by the period (the step for steps, the whole
+  range for pods and the total), so a pod that held one GPU for an hour of a day reads
+  0.04; ``gpus_while_running``: GPU-seconds divided by running seconds (that pod: 1.0);
+* SM active, tensor active: the GPUs' readings weighted by GPU-seconds held;
+* ``memory_used_mib_while_running``: all of the processes' memory on all the GPUs held,
+  averaged over the running seconds (a pod of two processes shows both);
+* energy: the GPUs' power times the seconds held (kWh); a GPU shared by pods is not
+  split, each pays for its own time on it;
 * cost: GPU-seconds / 3600 times the configured price per GPU-hour.
 
-The steps and the grand total come from service minutes (``GROUPING SETS``: one scan of
-1,440 rows for a day); per-pod totals from pod hours for the whole hours of the range
-and pod minutes for its ragged edges, so a day costs ~24 rows per pod, not 1,440. Steps
-must be whole minutes. A namespace-scoped caller reads only rows of its namespaces, so
-neither steps nor totals include anything else.
+Every step of the range is answered; a step without any row is all nulls (no data is
+not zero use), so charts show a gap. The steps and the grand total come from service
+minutes (``GROUPING SETS``: one scan of 1,440 rows for a day); per-pod totals from pod
+hours for the whole hours of the range and pod minutes for its ragged edges, so a day
+costs ~24 rows per pod, not 1,440. Steps must be whole minutes. A namespace-scoped
+caller reads only rows of its namespaces, so neither steps nor totals include anything
+else, and a service it cannot see is unknown to it.
 """
 
 from __future__ import annotations
@@ -31,10 +36,10 @@ from collector.api.principal import Principal
 from collector.store.schema import ORIGIN_SQL
 
 _SUMS: Final = (
-    " sum(gpu_seconds) AS gpu_seconds, sum(gpu_minutes) AS gpu_minutes,\n"
+    " sum(gpu_seconds) AS gpu_seconds, sum(running_seconds) AS running_seconds,\n"
     " sum(sm_active_weighted) / NULLIF(sum(sm_active_weight), 0) AS sm_active,\n"
     " sum(tensor_active_weighted) / NULLIF(sum(tensor_active_weight), 0) AS tensor_active,\n"
-    " sum(memory_mib) AS memory_mib_minutes, sum(energy_j) AS energy_j\n"
+    " sum(memory_mib_seconds) AS memory_mib_seconds, sum(energy_j) AS energy_j\n"
 )
 
 
@@ -82,13 +87,18 @@ JOULES_PER_KWH: Final = 3_600_000.0
 
 @dataclass(slots=True)
 class Usage:
-    gpu_seconds: float
-    gpus: float
+    gpu_seconds: float | None
+    running_seconds: float | None
+    gpus_window_avg: float | None
+    gpus_while_running: float | None
     sm_active: float | None
     tensor_active: float | None
-    memory_used_mib: float | None
-    energy_kwh: float
-    cost: float
+    memory_used_mib_while_running: float | None
+    energy_kwh: float | None
+    cost: float | None
+
+
+EMPTY: Final = Usage(None, None, None, None, None, None, None, None, None)
 
 
 @dataclass(slots=True)
@@ -105,9 +115,28 @@ class PodUsage(Usage):
 @dataclass(slots=True)
 class History:
     service: str
+    range_seconds: float
     steps: list[StepUsage] = field(default_factory=list)
     pods: list[PodUsage] = field(default_factory=list)
-    total: Usage = field(default_factory=lambda: Usage(0.0, 0.0, None, None, None, 0.0, 0.0))
+    total: Usage = field(default_factory=lambda: Usage(0.0, 0.0, 0.0, None, None, None, None, 0.0, 0.0))
+
+
+_EXISTS: Final = {
+    (scoped, by_ns): (
+        "SELECT EXISTS (SELECT 1 FROM service_pod_usage_1h WHERE service = $1" + _filters(scoped, by_ns, 2) + ")"
+        " OR EXISTS (SELECT 1 FROM service_pod_usage_1m WHERE service = $1" + _filters(scoped, by_ns, 2) + ")"
+        " OR EXISTS (SELECT 1 FROM process_samples_1m WHERE service = $1" + _filters(scoped, by_ns, 2) + ")"
+    )
+    for scoped in (False, True) for by_ns in (False, True)
+}
+
+
+async def service_known(db: Any, who: Principal, service: str, namespace: str | None) -> bool:
+    """Whether ``service`` (of ``namespace``) has ever held a GPU in data ``who`` may see."""
+    extra: list[Any] = [namespace] if namespace is not None else []
+    if who.scoped:
+        extra.append(who.scope_param())
+    return bool(await db.fetchval(_EXISTS[(who.scoped, namespace is not None)], service, *extra))
 
 
 async def service_history(
@@ -128,33 +157,35 @@ async def service_history(
     step_rows = await db.fetch(_STEPS[key], service, s0, end, step, *extra)
     pod_rows = await db.fetch(_PODS[key], service, s0, end, h0, h1, *extra)
     step_s = step.total_seconds()
-    range_s = max((end - s0).total_seconds(), 60.0)
-    out = History(service)
+    range_s = (end - s0).total_seconds()
+    out = History(service, range_s)
+    by_t: dict[datetime, Usage] = {}
     for r in step_rows:
         if r["t"] is None:
-            out.total = _usage(r, range_s, price_per_gpu_hour, per_gpu_memory=False)
+            out.total = _usage(r, range_s, price_per_gpu_hour)
         else:
-            out.steps.append(StepUsage(**_fields(_usage(r, step_s, price_per_gpu_hour, per_gpu_memory=False)),
-                                       t=r["t"]))
+            by_t[r["t"]] = _usage(r, step_s, price_per_gpu_hour)
+    t = s0
+    while t < end:
+        out.steps.append(StepUsage(**_fields(by_t.get(t, EMPTY)), t=t))
+        t += step
     for r in pod_rows:
-        out.pods.append(PodUsage(**_fields(_usage(r, range_s, price_per_gpu_hour, per_gpu_memory=True)),
+        out.pods.append(PodUsage(**_fields(_usage(r, range_s, price_per_gpu_hour)),
                                  namespace=r["namespace"], pod=r["pod"]))
     return out
 
 
-def _usage(r: Any, period_s: float, price: float, *, per_gpu_memory: bool) -> Usage:
+def _usage(r: Any, period_s: float, price: float) -> Usage:
     """One result row as usage over a period of ``period_s`` seconds."""
     secs = float(r["gpu_seconds"] or 0.0)
-    mem = r["memory_mib_minutes"]
-    if mem is None:
-        memory = None
-    elif per_gpu_memory:
-        memory = mem / float(r["gpu_minutes"]) if r["gpu_minutes"] else None
-    else:
-        memory = mem / (period_s / 60.0)
+    running = float(r["running_seconds"] or 0.0)
+    mem = r["memory_mib_seconds"]
     return Usage(
-        gpu_seconds=secs, gpus=secs / period_s, sm_active=r["sm_active"], tensor_active=r["tensor_active"],
-        memory_used_mib=memory, energy_kwh=float(r["energy_j"] or 0.0) / JOULES_PER_KWH, cost=secs / 3600.0 * price,
+        gpu_seconds=secs, running_seconds=running, gpus_window_avg=secs / period_s,
+        gpus_while_running=secs / running if running else None,
+        sm_active=r["sm_active"], tensor_active=r["tensor_active"],
+        memory_used_mib_while_running=float(mem) / running if mem is not None and running else None,
+        energy_kwh=float(r["energy_j"] or 0.0) / JOULES_PER_KWH, cost=secs / 3600.0 * price,
     )
 
 

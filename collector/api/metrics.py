@@ -5,6 +5,15 @@ consumer's counters in memory, a database round trip, and the store's current st
 and a Prometheus scrape every 15-60 s is the only reader; there is nothing to keep
 up to date in between except the short history that turns the records counter into a
 rate for people reading the page without PromQL.
+
+Who may read it (:class:`collector.api.settings.ApiSettings`): with ``metrics_auth``
+off (``gpuwatch up``'s default), anyone who reaches the port, as with any exporter;
+with it on (the Helm chart's), a Bearer token of any role. An unscoped token gets
+everything. A namespace-scoped token gets only what it could read from the API: the
+per-service series of its namespaces' services and the open anomalies of its
+namespaces; the collector's own figures (records, frames, lag, database) describe the
+whole fleet, so they are left out for it. ``metrics_per_service`` off drops the
+per-service series for everyone (service names stay out of Prometheus).
 """
 
 from __future__ import annotations
@@ -12,13 +21,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
+from fastapi import Request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from collector.api import fleet
+from collector.api import auth, fleet
 from collector.api.context import ApiContext
 from collector.api.principal import Principal
 
@@ -57,7 +68,25 @@ class _Snapshot:
         yield from self.families
 
 
-async def render(ctx: ApiContext, rate: RateWindow) -> bytes:
+async def caller(ctx: ApiContext, request: Request) -> Principal:
+    """Who scrapes: everyone when ``metrics_auth`` is off, else the Bearer token's owner (401 without one)."""
+    if not ctx.settings.metrics_auth:
+        return _EVERYONE
+    return await auth.from_request(ctx, request)
+
+
+async def render(ctx: ApiContext, rate: RateWindow, who: Principal = _EVERYONE) -> bytes:
+    if who.scoped:
+        families = await _store_families(ctx, who)
+    else:
+        families = await _collector_families(ctx, rate)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(families))
+    data: bytes = generate_latest(registry)
+    return data
+
+
+async def _collector_families(ctx: ApiContext, rate: RateWindow) -> list[Any]:
     families: list[Any] = []
     counters = dict(ctx.stats.counters())
     for key, name, doc in _COUNTERS:
@@ -92,27 +121,32 @@ async def render(ctx: ApiContext, rate: RateWindow) -> bytes:
     families += [up, ping]
 
     if db_ok:
-        families += await _store_families(ctx)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(families))
-    data: bytes = generate_latest(registry)
-    return data
+        families += await _store_families(ctx, _EVERYONE)
+    return families
 
 
-async def _store_families(ctx: ApiContext) -> list[Any]:
+async def _store_families(ctx: ApiContext, who: Principal) -> list[Any]:
     anomalies = GaugeMetricFamily("gpuwatch_collector_open_anomalies", "anomalies still open", labels=["severity"])
+    sql = "SELECT severity, count(*) AS n FROM anomalies WHERE end_ts IS NULL"
+    args: list[Any] = []
+    if who.scoped:
+        sql += " AND namespace = ANY($1::text[])"
+        args.append(who.scope_param())
     try:
-        rows = await ctx.pool.fetch("SELECT severity, count(*) AS n FROM anomalies WHERE end_ts IS NULL GROUP BY 1")
+        rows = await ctx.pool.fetch(sql + " GROUP BY 1 ORDER BY 1", *args)
     except asyncpg.UndefinedTableError:
         rows = []
     for r in rows:
         anomalies.add_metric([r["severity"]], float(r["n"]))
+    if not ctx.settings.metrics_per_service:
+        return [anomalies]
     gpus = GaugeMetricFamily("gpuwatch_service_gpus", "GPUs a service holds now", labels=["namespace", "service"])
     sm = GaugeMetricFamily("gpuwatch_service_sm_active", "average SM active of the GPUs a service holds now",
                            labels=["namespace", "service"])
     mem = GaugeMetricFamily("gpuwatch_service_memory_used_mib", "process memory a service uses now (MiB)",
                             labels=["namespace", "service"])
-    for svc in fleet.services(await fleet.fleet(ctx.pool, _EVERYONE), _EVERYONE):
+    now = await fleet.fleet(ctx.pool, who, stale_after=timedelta(seconds=ctx.settings.stale_after_seconds))
+    for svc in fleet.services(now, who):
         labels = [svc.namespace or "", svc.service]
         gpus.add_metric(labels, float(len(svc.gpus)))
         active = [g.metrics[_SM] for g in svc.gpus.values() if _SM in g.metrics]

@@ -8,7 +8,7 @@ Times are RFC 3339 strings in objects and epoch seconds in series arrays (compac
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -21,9 +21,21 @@ class HolderOut(BaseModel):
     used_memory_mib: float | None
 
 
+class PodOnGpu(BaseModel):
+    namespace: str | None
+    pod: str | None
+    service: str | None
+    processes: int = Field(description="the pod's processes on this GPU in the newest sample")
+    used_memory_mib: float | None = Field(description="memory of all those processes together (MiB)")
+
+
+HealthField = Literal["ok", "degraded", "critical", "stale", "no_data"]
+
+
 class GpuOut(BaseModel):
     gpu: str
     node: str
+    gpu_index: int | None = Field(description="position by PCI bus id on the node (nvidia-smi's index)")
     model: str | None
     driver_version: str | None
     pci_bus_id: str | None
@@ -32,11 +44,18 @@ class GpuOut(BaseModel):
     first_seen: datetime
     last_seen: datetime
     sample_ts: datetime | None
-    health: Literal["ok", "degraded", "critical", "stale"]
-    reasons: list[str]
-    open_anomalies: int
+    sample_age_seconds: float | None = Field(description="age of the newest sample now (null: none stored)")
+    stale: bool = Field(description="no sample, or the newest is older than the stale limit (the API's "
+                                    "stale_after_seconds)")
+    health: HealthField = Field(description=(
+        "critical: an open critical anomaly; no_data / stale: no sample, or the newest is older than the "
+        "stale limit; degraded: an open warning anomaly; ok: otherwise"))
+    reasons: list[str] = Field(description="open anomalies (worst first) and the sample age, as sentences")
+    open_anomalies: int = Field(description="open anomalies this token may see")
+    open_anomalies_by_severity: dict[str, int]
     metrics: dict[str, float]
-    holders: list[HolderOut]
+    pods: list[PodOnGpu] = Field(description="the pods on the GPU in the newest sample, one entry per pod")
+    holders: list[HolderOut] = Field(description="the processes on the GPU in the newest sample")
 
 
 class GpuList(BaseModel):
@@ -49,7 +68,8 @@ class NodeOut(BaseModel):
     models: list[str]
     last_seen: datetime
     health: dict[str, int] = Field(description="number of GPUs per health status")
-    open_anomalies: int
+    open_anomalies: int = Field(description="open anomalies of the node's GPUs (the sum of /gpus' counts)")
+    open_anomalies_by_severity: dict[str, int]
 
 
 class NodeList(BaseModel):
@@ -89,13 +109,22 @@ class ServiceList(BaseModel):
 
 
 class UsageOut(BaseModel):
-    gpu_seconds: float
-    gpus: float = Field(description="average GPUs held: GPU-seconds / the period (step, or the whole range)")
-    sm_active: float | None
-    tensor_active: float | None
-    memory_used_mib: float | None
-    energy_kwh: float
-    cost: float
+    """Usage over a period: a step, or the whole range (pods, total). In a step without
+    any data every figure is null, so charts show a gap."""
+
+    gpu_seconds: float | None = Field(description="seconds GPUs were held, summed over GPUs (each sample counts "
+                                                  "for the time until the GPU's next sample, at most 30 s)")
+    running_seconds: float | None = Field(description="seconds in which at least one GPU was held")
+    gpus_window_avg: float | None = Field(description="GPUs held on average over the whole period: "
+                                                      "gpu_seconds / the period's length")
+    gpus_while_running: float | None = Field(description="GPUs held on average while running: "
+                                                         "gpu_seconds / running_seconds")
+    sm_active: float | None = Field(description="SM active of the GPUs held, averaged over the GPU-seconds held")
+    tensor_active: float | None = Field(description="tensor active, averaged over the GPU-seconds held")
+    memory_used_mib_while_running: float | None = Field(
+        description="memory of all the processes on all the GPUs held, averaged over running_seconds (MiB)")
+    energy_kwh: float | None = Field(description="each held GPU's power times the seconds held")
+    cost: float | None = Field(description="gpu_seconds / 3600 x price_per_gpu_hour")
 
 
 class StepOut(UsageOut):
@@ -113,6 +142,8 @@ class HistoryOut(BaseModel):
     start: datetime
     end: datetime
     step_seconds: float
+    range_seconds: float = Field(description="length of the period of the pods' and the total's figures "
+                                             "(from the first step's start to end)")
     price_per_gpu_hour: float
     currency: str
     steps: list[StepOut]
@@ -134,8 +165,11 @@ class EventPage(BaseModel):
     next_cursor: str | None
 
 
+OpaqueId = Annotated[str, Field(description="an opaque id (it reveals nothing about other rows or their number)")]
+
+
 class AnomalyOut(BaseModel):
-    id: int
+    id: OpaqueId
     fingerprint: str
     kind: str
     severity: str
@@ -157,7 +191,7 @@ class AnomalyPage(BaseModel):
 
 
 class AlertOut(BaseModel):
-    id: int
+    id: OpaqueId
     rule: str
     fingerprint: str
     status: str
@@ -170,7 +204,7 @@ class AlertOut(BaseModel):
     labels: dict[str, Any]
     starts_at: datetime
     ends_at: datetime | None
-    anomaly_id: int | None
+    anomaly_id: str | None
     updated_at: datetime
 
 
@@ -180,11 +214,12 @@ class AlertPage(BaseModel):
 
 
 class SilenceOut(BaseModel):
-    id: int
+    id: OpaqueId
     matchers: dict[str, Any]
     starts_at: datetime
     ends_at: datetime
-    created_by: str | None
+    created_by: str | None = Field(description="the creating token, shown to that token and to admins who may see "
+                                               "it; 'redacted' to others")
     comment: str | None
     created_at: datetime
 
@@ -241,3 +276,6 @@ class SettingsOut(BaseModel):
     token_cache_seconds: float
     cors_origins: list[str]
     tls: bool
+    stale_after_seconds: float
+    metrics_auth: bool
+    metrics_per_service: bool

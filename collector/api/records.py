@@ -9,18 +9,30 @@ a scoped caller sees only rows whose namespace is in its scope, never rows witho
 An event belongs to the GPU's holder: a scoped caller sees it when the GPU's newest
 sample at most one minute before the event lists a process of its namespaces.
 
+Ids and cursors: anomaly, alert and silence row ids never leave this module as numbers;
+they are opaque ids (:mod:`collector.api.ids`), and the cursor of those lists is the
+last row's opaque id, so neither reveals how many rows other namespaces have. A
+silence's ``created_by`` is shown to the token that created it and to admins who may
+see that token; to anyone else it reads ``redacted``.
+
 Filters are fixed clauses chosen by code; values only ever travel as bind parameters.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from collector.api.ids import IdCodec
 from collector.api.params import encode_cursor
 from collector.api.principal import Principal
+
+REDACTED: Final = "redacted"
+_CREATED_BY_RE: Final = re.compile(r"^token (\d+)(?: \(|$)")
 
 
 @dataclass(slots=True)
@@ -96,8 +108,8 @@ _ANOMALY_COLS: Final = ("id, fingerprint, kind, severity, gpu, node, namespace, 
 
 
 async def anomalies(
-    db: Any, who: Principal, *, start: datetime, end: datetime, filters: dict[str, str | None], status: str | None,
-    limit: int, cursor: list[Any] | None,
+    db: Any, who: Principal, codec: IdCodec, *, start: datetime, end: datetime, filters: dict[str, str | None],
+    status: str | None, limit: int, cursor: int | None,
 ) -> Page:
     q = _Query()
     q.add("start_ts < {}", end)
@@ -111,12 +123,13 @@ async def anomalies(
     elif status == "closed":
         q.clauses.append("end_ts IS NOT NULL")
     if cursor is not None:
-        q.add("id < {}", cursor[0])
+        q.add("id < {}", cursor)
     _scope(q, who)
     rows = await db.fetch(
         f"SELECT {_ANOMALY_COLS} FROM anomalies {q.where()} ORDER BY id DESC LIMIT {q.arg(limit + 1)}", *q.args)
-    items = [{**dict(r), "causes": json.loads(r["causes"])} for r in rows[:limit]]
-    return Page(items, encode_cursor([items[-1]["id"]]) if len(rows) > limit else None)
+    items = [{**dict(r), "id": codec.encode("anomaly", r["id"]), "causes": json.loads(r["causes"])}
+             for r in rows[:limit]]
+    return Page(items, items[-1]["id"] if len(rows) > limit else None)
 
 
 _ALERT_COLS: Final = ("id, rule, fingerprint, status, severity, namespace, service, gpu, node, summary, labels,"
@@ -124,8 +137,8 @@ _ALERT_COLS: Final = ("id, rule, fingerprint, status, severity, namespace, servi
 
 
 async def alerts(
-    db: Any, who: Principal, *, start: datetime, end: datetime, filters: dict[str, str | None], limit: int,
-    cursor: list[Any] | None,
+    db: Any, who: Principal, codec: IdCodec, *, start: datetime, end: datetime, filters: dict[str, str | None],
+    limit: int, cursor: int | None,
 ) -> Page:
     q = _Query()
     q.add("starts_at < {}", end)
@@ -135,51 +148,79 @@ async def alerts(
         if value is not None:
             q.add(f"{column} = {{}}", value)
     if cursor is not None:
-        q.add("id < {}", cursor[0])
+        q.add("id < {}", cursor)
     _scope(q, who)
     rows = await db.fetch(
         f"SELECT {_ALERT_COLS} FROM alerts {q.where()} ORDER BY id DESC LIMIT {q.arg(limit + 1)}", *q.args)
-    items = [{**dict(r), "labels": json.loads(r["labels"])} for r in rows[:limit]]
-    return Page(items, encode_cursor([items[-1]["id"]]) if len(rows) > limit else None)
+    items = [{**dict(r), "id": codec.encode("alert", r["id"]), "labels": json.loads(r["labels"]),
+              "anomaly_id": codec.encode("anomaly", r["anomaly_id"]) if r["anomaly_id"] else None}
+             for r in rows[:limit]]
+    return Page(items, items[-1]["id"] if len(rows) > limit else None)
 
 
 _SILENCE_COLS: Final = "id, matchers, starts_at, ends_at, created_by, comment, created_at"
 
 
-def _silence(row: Any) -> dict[str, Any]:
-    return {**dict(row), "matchers": json.loads(row["matchers"])}
+def created_by_token(created_by: str | None) -> int | None:
+    """The token id in a ``created_by`` this API wrote (``token 12 (name)``), else None."""
+    match = _CREATED_BY_RE.match(created_by or "")
+    return int(match.group(1)) if match else None
 
 
-async def silences(db: Any, who: Principal, *, active_only: bool, limit: int, cursor: list[Any] | None) -> Page:
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """What a caller may see of silences: its opaque ids and whose ``created_by``."""
+
+    codec: IdCodec
+    who: Principal
+    tokens_seen: Collection[int] | None  # token ids whose names the caller may see; None: all
+
+    def created_by(self, value: str | None) -> str | None:
+        if value is None or self.tokens_seen is None:
+            return value
+        token = created_by_token(value)
+        if token is not None and (token == self.who.token_id or token in self.tokens_seen):
+            return value
+        return REDACTED
+
+
+def _silence(row: Any, view: Viewer) -> dict[str, Any]:
+    return {**dict(row), "id": view.codec.encode("silence", row["id"]), "matchers": json.loads(row["matchers"]),
+            "created_by": view.created_by(row["created_by"])}
+
+
+async def silences(db: Any, view: Viewer, *, active_only: bool, limit: int, cursor: int | None) -> Page:
     q = _Query()
     if active_only:
         q.clauses.append("ends_at > now()")
     if cursor is not None:
-        q.add("id < {}", cursor[0])
-    _scope(q, who, "matchers->>'namespace'")
+        q.add("id < {}", cursor)
+    _scope(q, view.who, "matchers->>'namespace'")
     rows = await db.fetch(
         f"SELECT {_SILENCE_COLS} FROM silences {q.where()} ORDER BY id DESC LIMIT {q.arg(limit + 1)}", *q.args)
-    items = [_silence(r) for r in rows[:limit]]
-    return Page(items, encode_cursor([items[-1]["id"]]) if len(rows) > limit else None)
+    items = [_silence(r, view) for r in rows[:limit]]
+    return Page(items, items[-1]["id"] if len(rows) > limit else None)
 
 
 async def create_silence(
-    db: Any, *, matchers: dict[str, str], starts_at: datetime | None, ends_at: datetime, created_by: str,
+    db: Any, view: Viewer, *, matchers: dict[str, str], starts_at: datetime | None, ends_at: datetime,
     comment: str | None,
 ) -> dict[str, Any]:
+    who = view.who
+    created_by = f"token {who.token_id}" + (f" ({who.name})" if who.name else "")
     row = await db.fetchrow(
         "INSERT INTO silences (matchers, starts_at, ends_at, created_by, comment) "
         f"VALUES ($1::jsonb, COALESCE($2, now()), $3, $4, $5) RETURNING {_SILENCE_COLS}",
         json.dumps(matchers), starts_at, ends_at, created_by, comment,
     )
-    return _silence(row)
+    return _silence(row, view)
 
 
-async def expire_silence(db: Any, who: Principal, silence_id: int) -> dict[str, Any] | None:
+async def expire_silence(db: Any, view: Viewer, silence_id: int) -> dict[str, Any] | None:
     """End a silence now (kept for the record); None when the caller may not see it."""
     q = _Query()
     q.add("id = {}", silence_id)
-    _scope(q, who, "matchers->>'namespace'")
+    _scope(q, view.who, "matchers->>'namespace'")
     row = await db.fetchrow(
         f"UPDATE silences SET ends_at = LEAST(ends_at, now()) {q.where()} RETURNING {_SILENCE_COLS}", *q.args)
-    return _silence(row) if row is not None else None
+    return _silence(row, view) if row is not None else None

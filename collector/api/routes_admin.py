@@ -12,11 +12,11 @@ from fastapi import APIRouter, Depends, Path
 
 from collector.api import tokens
 from collector.api.auth import Admin, Ctx, Viewer
-from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, not_found, reject_nul
+from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, check_request, not_found
 from collector.api.models import MeOut, SettingsOut, TokenCreated, TokenIn, TokenList, TokenOut
 from collector.api.principal import Principal
 
-router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(reject_nul)])
+router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(check_request)])
 
 
 def _out(info: tokens.TokenInfo) -> TokenOut:
@@ -72,4 +72,5 @@ async def settings(ctx: Ctx, _who: Admin) -> SettingsOut:
     s = ctx.settings
     return SettingsOut(price_per_gpu_hour=s.price_per_gpu_hour, currency=s.currency, max_points=s.max_points,
                        token_cache_seconds=s.token_cache_seconds, cors_origins=s.cors_origins,
-                       tls=s.tls_cert is not None)
+                       tls=s.tls_cert is not None, stale_after_seconds=s.stale_after_seconds,
+                       metrics_auth=s.metrics_auth, metrics_per_service=s.metrics_per_service)

@@ -1,4 +1,7 @@
-"""``/events``, ``/anomalies``, ``/alerts`` and ``/silences``: filters and cursor pages."""
+"""``/events``, ``/anomalies``, ``/alerts`` and ``/silences``: filters and cursor pages.
+
+Anomaly, alert and silence ids (and their lists' cursors) are opaque (:mod:`collector.api.ids`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ from typing import Annotated, Any
 import asyncpg
 from fastapi import APIRouter, Depends, Path, Query
 
-from collector.api import records
+from collector.api import records, tokens
 from collector.api.auth import Ctx, Operator, Viewer
-from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, not_found, reject_nul
+from collector.api.context import ApiContext
+from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, check_request, not_found
+from collector.api.ids import IdCodec, Kind
 from collector.api.models import (
     AlertPage,
     AnomalyPage,
@@ -19,9 +24,10 @@ from collector.api.models import (
     SilenceOut,
     SilencePage,
 )
-from collector.api.params import decode_cursor, parse_time
+from collector.api.params import decode_cursor, span
+from collector.api.principal import Principal
 
-router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(reject_nul)])
+router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(check_request)])
 
 Text = Annotated[str | None, Query(max_length=253)]
 TimeParam = Annotated[str | None, Query(max_length=64, description="RFC 3339 or epoch seconds")]
@@ -30,11 +36,31 @@ Cursor = Annotated[str | None, Query(max_length=512, description="next_cursor of
 
 
 def _range(start: str | None, end: str | None, default_span: timedelta) -> tuple[datetime, datetime]:
-    end_t = parse_time(end, "end", datetime.now(UTC))
-    start_t = parse_time(start, "start", end_t - default_span)
-    if start_t >= end_t:
-        raise bad_request("start", "start must be before end")
-    return start_t, end_t
+    return span(start, end, default_span=default_span)
+
+
+def _opaque(codec: IdCodec, kind: Kind, value: str | None, field: str) -> int | None:
+    """The row id behind an opaque id (or cursor) the client sent; 400 naming ``field`` if it is not one."""
+    if value is None or value == "":
+        return None
+    row_id = codec.decode(kind, value)
+    if row_id is None:
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise bad_request(field, f"not {article} {kind} id returned by this API")
+    return row_id
+
+
+async def _silence_view(ctx: ApiContext, who: Principal) -> records.Viewer:
+    """Whose names ``who`` may read in ``created_by``: its own; admins also the tokens they may list."""
+    seen: set[int] | None = set()
+    if who.role == "admin":
+        if who.namespaces is None:
+            seen = None
+        else:
+            scope = set(who.namespaces)
+            seen = {t.id for t in await tokens.list_tokens(ctx.pool)
+                    if t.namespaces is not None and set(t.namespaces) <= scope}
+    return records.Viewer(await ctx.codec(), who, seen)
 
 
 def _tables_missing() -> ApiError:
@@ -66,9 +92,10 @@ async def list_anomalies(
     start_t, end_t = _range(start, end, timedelta(days=7))
     filters = {"kind": kind, "severity": severity, "gpu": gpu, "node": node, "namespace": namespace,
                "service": service}
+    codec = await ctx.codec()
     try:
-        page = await records.anomalies(ctx.pool, who, start=start_t, end=end_t, filters=filters, status=status,
-                                       limit=limit, cursor=decode_cursor(cursor, (int,)))
+        page = await records.anomalies(ctx.pool, who, codec, start=start_t, end=end_t, filters=filters,
+                                       status=status, limit=limit, cursor=_opaque(codec, "anomaly", cursor, "cursor"))
     except asyncpg.UndefinedTableError:
         raise _tables_missing() from None
     return AnomalyPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
@@ -86,9 +113,10 @@ async def list_alerts(
     start_t, end_t = _range(start, end, timedelta(days=7))
     filters = {"status": status, "severity": severity, "rule": rule, "namespace": namespace, "service": service,
                "gpu": gpu, "node": node}
+    codec = await ctx.codec()
     try:
-        page = await records.alerts(ctx.pool, who, start=start_t, end=end_t, filters=filters, limit=limit,
-                                    cursor=decode_cursor(cursor, (int,)))
+        page = await records.alerts(ctx.pool, who, codec, start=start_t, end=end_t, filters=filters, limit=limit,
+                                    cursor=_opaque(codec, "alert", cursor, "cursor"))
     except asyncpg.UndefinedTableError:
         raise _tables_missing() from None
     return AlertPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
@@ -99,9 +127,10 @@ async def list_silences(
     ctx: Ctx, who: Operator, active: Annotated[bool, Query(description="only silences not yet ended")] = False,
     limit: Limit = 100, cursor: Cursor = None,
 ) -> SilencePage:
+    view = await _silence_view(ctx, who)
     try:
-        page = await records.silences(ctx.pool, who, active_only=active, limit=limit,
-                                      cursor=decode_cursor(cursor, (int,)))
+        page = await records.silences(ctx.pool, view, active_only=active, limit=limit,
+                                      cursor=_opaque(view.codec, "silence", cursor, "cursor"))
     except asyncpg.UndefinedTableError:
         raise _tables_missing() from None
     return SilencePage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
@@ -126,19 +155,24 @@ async def create_silence(ctx: Ctx, who: Operator, body: SilenceIn) -> SilenceOut
     if who.scoped and not who.sees_namespace(body.matchers.get("namespace")):
         raise ApiError(403, "forbidden", "a namespace-scoped token may only silence alerts of its namespaces: "
                        f"matchers must include namespace = one of {list(who.namespaces or ())}", field="matchers")
-    created_by = f"token {who.token_id}" + (f" ({who.name})" if who.name else "")
+    view = await _silence_view(ctx, who)
     try:
-        row = await records.create_silence(ctx.pool, matchers=body.matchers, starts_at=starts, ends_at=ends,
-                                           created_by=created_by, comment=body.comment)
+        row = await records.create_silence(ctx.pool, view, matchers=body.matchers, starts_at=starts, ends_at=ends,
+                                           comment=body.comment)
     except asyncpg.UndefinedTableError:
         raise _tables_missing() from None
     return SilenceOut.model_validate(row)
 
 
 @router.delete("/silences/{silence_id}", response_model=SilenceOut, summary="end a silence now (operator)")
-async def delete_silence(ctx: Ctx, who: Operator, silence_id: Annotated[int, Path(ge=1, le=2**63 - 1)]) -> Any:
+async def delete_silence(
+    ctx: Ctx, who: Operator, silence_id: Annotated[str, Path(max_length=64, description="the silence's id")],
+) -> Any:
+    view = await _silence_view(ctx, who)
+    row_id = _opaque(view.codec, "silence", silence_id, "silence_id")
+    assert row_id is not None  # a path segment is never empty
     try:
-        row = await records.expire_silence(ctx.pool, who, silence_id)
+        row = await records.expire_silence(ctx.pool, view, row_id)
     except asyncpg.UndefinedTableError:
         raise _tables_missing() from None
     if row is None:

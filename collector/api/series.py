@@ -8,6 +8,11 @@ process; rollup rows when ``process_samples_1m`` has such a pod on that GPU in t
 minute. Hour steps are therefore built from the 1-minute rollup for scoped tokens (an
 hour bucket would mix holders). Everyone else gets the store's choice of raw, 1-minute
 or 1-hour data, picked from the step (:func:`collector.store.queries.choose_source`).
+
+Every bucket of the range is answered, from the one holding ``start`` to the last
+before ``end``; a bucket without data (an outage, a gap in sampling, a time the
+caller's pods did not hold the GPU) is null in every series, so charts break their
+lines there instead of drawing straight across.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ _HELD: Final[dict[queries.Source, str]] = {
 
 
 def series_sql(metrics: Sequence[str], source: queries.Source, scoped: bool) -> str:
-    """One row, one column: ``{"times": [...], "series": {metric: [...]}}`` as JSON text.
+    """One row, one column: ``{"times": [...], "series": {metric: [...]}}`` as JSON text,
+    every bucket of the range present (null where it has no data).
 
     The buckets are those of :func:`collector.store.queries.gpu_series` (``date_bin`` on the
     rollups' origin, weighted averages from rollups); PostgreSQL builds the JSON, which
@@ -59,10 +65,12 @@ def series_sql(metrics: Sequence[str], source: queries.Source, scoped: bool) -> 
         f" WHERE s.gpu = $1 AND s.{time_col} >= date_bin($4::interval, $2::timestamptz, {ORIGIN_SQL})"
         f" AND s.{time_col} < $3{held} GROUP BY 1"
     )
-    series = ", ".join(f"'{c.key}', COALESCE(json_agg({c.name}::float8 ORDER BY t), '[]')" for c in cols)
+    series = ", ".join(f"'{c.key}', COALESCE(json_agg(q.{c.name}::float8 ORDER BY b.t), '[]')" for c in cols)
+    buckets = (f"SELECT generate_series(date_bin($4::interval, $2::timestamptz, {ORIGIN_SQL}),"
+               " $3::timestamptz - interval '1 microsecond', $4::interval) AS t")
     return (
-        "SELECT json_build_object('times', COALESCE(json_agg(extract(epoch FROM t)::float8 ORDER BY t), '[]'),"
-        f" 'series', json_build_object({series}))::text FROM ({inner}) q"
+        "SELECT json_build_object('times', COALESCE(json_agg(extract(epoch FROM b.t)::float8 ORDER BY b.t), '[]'),"
+        f" 'series', json_build_object({series}))::text FROM ({buckets}) b LEFT JOIN ({inner}) q ON q.t = b.t"
     )
 
 

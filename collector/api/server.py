@@ -4,6 +4,11 @@ Why in-process: the collector and ``gpuwatch up`` already hold the store's pool 
 live ingest counters; a separate process would need its own pool and could not report
 the consumer's lag. :class:`ApiServer` binds first (so the real port is known when the
 caller prints it, also for port 0), serves on the running loop, and stops gracefully.
+
+The socket is made with ``IPPROTO_TCP`` and ``TCP_NODELAY``: asyncio disables Nagle's
+algorithm only on sockets whose ``proto`` says TCP, and a plain ``socket(AF_INET,
+SOCK_STREAM)`` has proto 0, so every keep-alive answer (headers and body written apart)
+waited for the client's delayed ACK, about 40 ms (docs/benchmarks.md, "API keep-alive").
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def listening_socket(family: socket.AddressFamily) -> socket.socket:
+    """A TCP socket whose accepted connections send small writes at once (no Nagle)."""
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted sockets on Linux
+    return sock
 
 
 class ApiServer:
@@ -60,8 +73,7 @@ class ApiServer:
 
     async def start(self) -> None:
         family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = listening_socket(family)
         try:
             sock.bind((self.settings.host, self.settings.port))
         except OSError:

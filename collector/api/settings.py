@@ -2,7 +2,10 @@
 
 Why separate from the collector's settings: ``gpuwatch up`` and ``gpuwatch collector``
 both serve the API and pass the same few flags; the price and the point limit are also
-what an admin reads back from ``GET /api/v1/settings``.
+what an admin reads back from ``GET /api/v1/settings``. ``metrics_auth``
+(``GPUWATCH_API_METRICS_AUTH``, off by default for ``gpuwatch up``, on in the Helm chart)
+and ``metrics_per_service`` (``GPUWATCH_API_METRICS_PER_SERVICE``, on by default) decide
+who may read the collector's ``/metrics`` and whether it names services.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ class ApiSettings(BaseSettings):
     tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
     cors_origins: list[str] = Field(default_factory=list, description="origins allowed by CORS (none: CORS off)")
     token_cache_seconds: float = Field(10.0, ge=0, le=300, description="how long a checked token is trusted")
+    stale_after_seconds: float = Field(
+        60.0, gt=0, le=86_400,
+        description="a GPU whose newest sample is older than this is 'stale' (six of the agent's 10 s ceilings)")
+    metrics_auth: bool = Field(
+        False, description="/metrics needs a Bearer token (any role; a namespace-scoped token sees only its "
+                           "namespaces' series)")
+    metrics_per_service: bool = Field(
+        True, description="/metrics lists per-service series (GPUs held, SM active, memory per namespace/service)")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiSettings:

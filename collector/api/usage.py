@@ -1,113 +1,181 @@
-"""Fills the service usage tables (migration 0031) from the 1-minute rollups.
+"""Fills the service usage tables (migrations 0031, 0032) from raw samples.
 
 Why here and on a timer: service history must answer a day of a 512-GPU service in well
-under 100 ms, which the join of ``process_samples_1m`` with ``gpu_samples_1m`` at
-request time cannot (seconds). Each :meth:`UsageRollup.refresh` recomputes the minutes
-from ``lookback`` ago up to the last complete minute (pod minutes, then service minutes
-and the pod hours that overlap them), deleting and re-inserting them in one transaction,
-so late data inside the lookback is folded in; data that arrives later than that does
-not reach service history (the GPU views still show it). On the plain profile the source
-rollups are filled by ``Store.maintain``; on TimescaleDB they are real-time continuous
-aggregates. A transaction-scoped advisory lock keeps concurrent refreshes (several
-collector replicas) from doubling rows: the later one skips.
+under 100 ms, which joining process and GPU samples at request time cannot. Each
+:func:`refresh` computes the minutes that changed: those of the last ``lookback`` (6 h)
+whose GPU sample count in ``gpu_samples_1m`` differs from the count recorded when they
+were last computed (``service_usage_minutes``), so the newest minute and late data from
+an agent's spool are both picked up, and the minutes that did not change cost one
+indexed count. Changed minutes (and the minute before each, whose last sample's length
+depends on them) are deleted and computed again in one transaction, then the service
+minutes and the pod hours that overlap them. On the plain profile ``gpu_samples_1m`` is
+filled by ``Store.maintain``; on TimescaleDB it is a real-time continuous aggregate. A
+transaction-scoped advisory lock keeps concurrent refreshes (several collector
+replicas) from doubling rows: the later one skips.
 
-GPU-seconds per row: 60 s times the share of the GPU's samples in that minute that
-listed the pod (at most 60 s), summed over the pod's GPUs; energy: the same seconds
-times the GPU's average power; SM/tensor active: weighted by the same seconds.
+GPU-seconds are the seconds a GPU was held: each GPU sample stands for the time until
+that GPU's next sample, at most :data:`MAX_SAMPLE_GAP` (30 s, when the detectors call a
+silent GPU lost); the last sample before a longer silence stands for the time since the
+one before it, and a sample with no neighbour within 30 s for nothing. A pod holds the
+GPU for a sample's time when the sample lists one of its processes, so a 2-second run
+is billed about 2 s, not the minute. Per pod and minute: ``gpu_seconds`` sums that over
+the pod's GPUs; ``running_seconds`` is its longest-held GPU's (the seconds in which it
+held at least one); ``memory_mib_seconds`` sums, per sample, all of the pod's processes'
+memory on the GPU, times the sample's time; energy is the GPU's power times the same
+seconds; SM/tensor active are weighted by them. Service minutes sum pods (their
+``running_seconds``: the longest-running pod's); pod hours sum minutes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import itertools
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from collector.periodic import every
 from collector.store.schema import ORIGIN_SQL, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
 
-log = logging.getLogger(__name__)
-
 LOCK_KEY: Final = int.from_bytes(b"gwsvcuse", "big") & 0x7FFF_FFFF_FFFF_FFFF
-_SECONDS: Final = "(60.0 * LEAST(1.0, p.samples::double precision / NULLIF(g.samples, 0)))"
+MAX_SAMPLE_GAP: Final = timedelta(seconds=30)
+MINUTE: Final = timedelta(minutes=1)
+HOUR: Final = timedelta(hours=1)
+#: Most minutes one statement computes (bounds the window sort of a rebuild).
+_CHUNK: Final = timedelta(hours=1)
 
-#: Columns summed when rolling pod minutes up to service minutes or pod hours.
-_SUMS: Final = ("gpu_minutes", "gpu_seconds", "sm_active_weighted", "sm_active_weight", "tensor_active_weighted",
-                "tensor_active_weight", "memory_mib", "energy_j")
-_TABLES: Final = ("service_pod_usage_1m", "service_usage_1m", "service_pod_usage_1h")
+#: Columns summed when rolling pod minutes up to service minutes or pod hours
+#: (gpu_minutes and memory_mib, in MiB-minutes, for queries written against migration 0031).
+_SUMS: Final = ("gpu_seconds", "sm_active_weighted", "sm_active_weight", "tensor_active_weighted",
+                "tensor_active_weight", "memory_mib_seconds", "energy_j", "gpu_minutes", "memory_mib")
+_COLUMNS: Final = ", ".join((*_SUMS, "running_seconds"))
+_TABLES: Final = ("service_pod_usage_1m", "service_usage_1m", "service_pod_usage_1h", "service_usage_minutes")
 
+# $1 first minute, $2 end (exclusive), $3 MAX_SAMPLE_GAP. Samples up to one gap outside
+# [$1, $2) are read so that the first and last samples inside know their neighbours.
 _INSERT_POD_1M: Final = (
-    f"INSERT INTO service_pod_usage_1m (bucket, namespace, service, pod, {', '.join(_SUMS)})\n"
-    "SELECT p.bucket, p.namespace, p.service, p.pod, count(*),"
-    f" COALESCE(sum({_SECONDS}), 0),\n"
-    f" COALESCE(sum({_SECONDS} * g.dcgm_fi_prof_sm_active), 0),"
-    f" COALESCE(sum(CASE WHEN g.dcgm_fi_prof_sm_active IS NOT NULL THEN {_SECONDS} END), 0),\n"
-    f" COALESCE(sum({_SECONDS} * g.dcgm_fi_prof_pipe_tensor_active), 0),"
-    f" COALESCE(sum(CASE WHEN g.dcgm_fi_prof_pipe_tensor_active IS NOT NULL THEN {_SECONDS} END), 0),\n"
-    " sum(p.used_memory_mib),"
-    f" COALESCE(sum({_SECONDS} * g.dcgm_fi_dev_power_usage), 0)\n"
-    "FROM process_samples_1m p JOIN gpu_samples_1m g ON g.gpu = p.gpu AND g.bucket = p.bucket\n"
-    "WHERE p.bucket >= $1 AND p.bucket < $2 AND p.service IS NOT NULL\n"
-    "GROUP BY p.bucket, p.namespace, p.service, p.pod"
+    f"INSERT INTO service_pod_usage_1m (bucket, namespace, service, pod, {_COLUMNS})\n"
+    "WITH g AS (\n"
+    "  SELECT gpu, ts, dcgm_fi_prof_sm_active AS sm, dcgm_fi_prof_pipe_tensor_active AS tensor,"
+    " dcgm_fi_dev_power_usage AS power, lead(ts) OVER w - ts AS fwd, ts - lag(ts) OVER w AS back\n"
+    "  FROM gpu_samples WHERE ts >= $1::timestamptz - $3::interval AND ts < $2::timestamptz + $3::interval\n"
+    "  WINDOW w AS (PARTITION BY gpu ORDER BY ts)\n"
+    "), d AS (\n"
+    "  SELECT gpu, ts, sm, tensor, power, extract(epoch FROM CASE WHEN fwd <= $3::interval THEN fwd"
+    " WHEN back <= $3::interval THEN back ELSE interval '0' END)::float8 AS secs\n"
+    "  FROM g WHERE ts >= $1 AND ts < $2\n"
+    "), p AS (\n"
+    "  SELECT gpu, ts, namespace, service, pod, sum(used_memory_mib) AS mem FROM process_samples\n"
+    "  WHERE ts >= $1 AND ts < $2 AND service IS NOT NULL GROUP BY gpu, ts, namespace, service, pod\n"
+    "), held AS (\n"
+    f"  SELECT date_bin(interval '1 minute', p.ts, {ORIGIN_SQL}) AS bucket, p.namespace, p.service, p.pod, p.gpu,"
+    " sum(d.secs) AS secs,\n"
+    "   sum(d.secs * d.sm) AS smw, sum(d.secs) FILTER (WHERE d.sm IS NOT NULL) AS smn,\n"
+    "   sum(d.secs * d.tensor) AS tw, sum(d.secs) FILTER (WHERE d.tensor IS NOT NULL) AS tn,\n"
+    "   sum(d.secs * p.mem) AS mem, sum(d.secs * d.power) AS energy\n"
+    "  FROM p JOIN d ON d.gpu = p.gpu AND d.ts = p.ts GROUP BY 1, 2, 3, 4, 5\n"
+    ")\n"
+    "SELECT bucket, namespace, service, pod, sum(secs), COALESCE(sum(smw), 0), COALESCE(sum(smn), 0),"
+    " COALESCE(sum(tw), 0), COALESCE(sum(tn), 0), sum(mem), COALESCE(sum(energy), 0), count(*), sum(mem) / 60,"
+    " LEAST(60, max(secs))\n"
+    "FROM held GROUP BY bucket, namespace, service, pod"
 )
 _INSERT_SVC_1M: Final = (
-    f"INSERT INTO service_usage_1m (bucket, namespace, service, {', '.join(_SUMS)})\n"
-    f"SELECT bucket, namespace, service, {', '.join(f'sum({c})' for c in _SUMS)}\n"
+    f"INSERT INTO service_usage_1m (bucket, namespace, service, {_COLUMNS})\n"
+    f"SELECT bucket, namespace, service, {', '.join(f'sum({c})' for c in _SUMS)}, max(running_seconds)\n"
     "FROM service_pod_usage_1m WHERE bucket >= $1 AND bucket < $2 GROUP BY bucket, namespace, service"
 )
 _INSERT_POD_1H: Final = (
-    f"INSERT INTO service_pod_usage_1h (bucket, namespace, service, pod, {', '.join(_SUMS)})\n"
+    f"INSERT INTO service_pod_usage_1h (bucket, namespace, service, pod, {_COLUMNS})\n"
     f"SELECT date_bin(interval '1 hour', bucket, {ORIGIN_SQL}), namespace, service, pod,"
-    f" {', '.join(f'sum({c})' for c in _SUMS)}\n"
+    f" {', '.join(f'sum({c})' for c in _SUMS)}, sum(running_seconds)\n"
     "FROM service_pod_usage_1m WHERE bucket >= $1 AND bucket < $2 GROUP BY 1, namespace, service, pod"
+)
+_COUNTS: Final = (
+    "SELECT bucket, sum(samples)::bigint AS n FROM gpu_samples_1m WHERE bucket >= $1 AND bucket < $2 GROUP BY bucket"
+)
+_RECORD: Final = (
+    "INSERT INTO service_usage_minutes (bucket, gpu_samples) SELECT * FROM unnest($1::timestamptz[], $2::bigint[])"
+    " ON CONFLICT (bucket) DO UPDATE SET gpu_samples = EXCLUDED.gpu_samples"
 )
 
 
-def _minute(ts: datetime) -> datetime:
-    return ts.replace(second=0, microsecond=0)
+def _floor(ts: datetime, width: timedelta) -> datetime:
+    origin = datetime(2000, 1, 1, tzinfo=UTC)
+    return origin + (ts - origin) // width * width
 
 
-def _hour(ts: datetime) -> datetime:
-    return ts.replace(minute=0, second=0, microsecond=0)
+def _runs(stamps: Iterable[datetime], width: timedelta, most: timedelta) -> list[tuple[datetime, datetime]]:
+    """Contiguous runs ``[lo, hi)`` of bucket starts ``width`` apart, each at most ``most`` long."""
+    ordered = sorted(set(stamps))
+    out: list[tuple[datetime, datetime]] = []
+    for _, group in itertools.groupby(enumerate(ordered), key=lambda p: p[1] - p[0] * width):
+        items = [t for _, t in group]
+        lo, hi = items[0], items[-1] + width
+        while lo < hi:
+            out.append((lo, min(hi, lo + most)))
+            lo = min(hi, lo + most)
+    return out
 
 
-async def refresh(conn: Any, now: datetime, lookback: timedelta = timedelta(hours=1)) -> int | None:
-    """Recompute ``[now - lookback, last complete minute)`` (and the hours that overlap it);
+async def _compute(conn: Any, minutes: set[datetime], counts: dict[datetime, int]) -> int:
+    """Delete and compute again ``minutes`` (and the pod hours that overlap them)."""
+    written = 0
+    for lo, hi in _runs(minutes, MINUTE, _CHUNK):
+        for table in _TABLES[:2]:
+            await conn.execute(f"DELETE FROM {table} WHERE bucket >= $1 AND bucket < $2", lo, hi)
+        status = await conn.execute(_INSERT_POD_1M, lo, hi, MAX_SAMPLE_GAP)
+        written += int(status.split()[-1])
+        await conn.execute(_INSERT_SVC_1M, lo, hi)
+    for lo, hi in _runs({_floor(m, HOUR) for m in minutes}, HOUR, timedelta(days=1)):
+        await conn.execute("DELETE FROM service_pod_usage_1h WHERE bucket >= $1 AND bucket < $2", lo, hi)
+        await conn.execute(_INSERT_POD_1H, lo, hi)
+    done = sorted(minutes)
+    await conn.execute("DELETE FROM service_usage_minutes WHERE bucket = ANY($1::timestamptz[])",
+                       [m for m in done if m not in counts])
+    await conn.execute(_RECORD, [m for m in done if m in counts], [counts[m] for m in done if m in counts])
+    return written
+
+
+async def _retention(conn: Any, now: datetime) -> None:
+    for table, keep in zip(_TABLES, (ROLLUP_1M_RETENTION, ROLLUP_1M_RETENTION, ROLLUP_1H_RETENTION,
+                                     ROLLUP_1M_RETENTION), strict=True):
+        await conn.execute(f"DELETE FROM {table} WHERE bucket < $1", now - keep)
+
+
+async def refresh(conn: Any, now: datetime, lookback: timedelta = timedelta(hours=6)) -> int | None:
+    """Compute the minutes of ``[now - lookback, last complete minute)`` whose data changed;
     pod-minute rows written, or None when another refresh holds the lock."""
-    until = _minute(now)
-    since = _minute(now - lookback)
-    hour_from, hour_to = _hour(since), _hour(until) + timedelta(hours=1)
+    until = _floor(now, MINUTE)
+    since = _floor(now - lookback, MINUTE)
     async with conn.transaction():
         if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", LOCK_KEY):
             return None
-        for table in _TABLES[:2]:
-            await conn.execute(f"DELETE FROM {table} WHERE bucket >= $1 AND bucket < $2", since, until)
-        status = await conn.execute(_INSERT_POD_1M, since, until)
-        await conn.execute(_INSERT_SVC_1M, since, until)
-        await conn.execute("DELETE FROM service_pod_usage_1h WHERE bucket >= $1 AND bucket < $2", hour_from, hour_to)
-        await conn.execute(_INSERT_POD_1H, hour_from, hour_to)
-        for table, keep in zip(_TABLES, (ROLLUP_1M_RETENTION, ROLLUP_1M_RETENTION, ROLLUP_1H_RETENTION),
-                               strict=True):
-            await conn.execute(f"DELETE FROM {table} WHERE bucket < $1", now - keep)
-    return int(status.split()[-1])
+        counts = {r["bucket"]: int(r["n"]) for r in await conn.fetch(_COUNTS, since, until)}
+        seen = {r["bucket"]: int(r["gpu_samples"]) for r in await conn.fetch(
+            "SELECT bucket, gpu_samples FROM service_usage_minutes WHERE bucket >= $1 AND bucket < $2", since, until)}
+        changed = {m for m, n in counts.items() if seen.get(m) != n} | (seen.keys() - counts.keys())
+        changed |= {m - MINUTE for m in changed if m - MINUTE >= since}
+        written = await _compute(conn, changed, counts) if changed else 0
+        await _retention(conn, now)
+    return written
 
 
-async def rebuild(conn: Any, start: datetime, end: datetime, chunk: timedelta = timedelta(hours=6)) -> int:
-    """Recompute a whole range (first start, or after late data older than the lookback)."""
-    total = 0
-    t = _minute(start)
-    while t < end:
-        upto = min(end, t + chunk)
-        written = await refresh(conn, upto, lookback=upto - t)
-        total += written or 0
-        t = upto
-    return total
+async def rebuild(conn: Any, start: datetime, end: datetime) -> int:
+    """Compute every minute of ``[start, end)`` again, changed or not (first start, tests,
+    or after data older than the lookback arrived)."""
+    since, until = _floor(start, MINUTE), _floor(end, MINUTE)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
+        counts = {r["bucket"]: int(r["n"]) for r in await conn.fetch(_COUNTS, since, until)}
+        minutes = {since + i * MINUTE for i in range(int((until - since) / MINUTE))}
+        return await _compute(conn, minutes, counts) if minutes else 0
 
 
 class UsageRollup:
-    """Refreshes ``service_usage_1m`` every ``interval`` seconds until stopped."""
+    """Refreshes the service usage tables every ``interval`` seconds until stopped."""
 
-    def __init__(self, pool: Any, interval: float = 60.0, lookback: timedelta = timedelta(hours=1)) -> None:
+    def __init__(self, pool: Any, interval: float = 60.0, lookback: timedelta = timedelta(hours=6)) -> None:
         self.pool = pool
         self.interval = interval
         self.lookback = lookback

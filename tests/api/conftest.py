@@ -5,7 +5,10 @@ The fleet (timestamps end a few seconds before the wall clock, so "now" views se
 
 * node-a: GPU A1 held by research/trainer-0 (service llm) for the first 15 minutes, then
   by prod/batch-0 (service etl); GPU A3 held by research/trainer-1 (llm) throughout;
-* node-b: GPU B1 held by prod/serve-1 (service chat); GPU B2 idle.
+* node-b: GPU B1 held by prod/serve-1 (service chat, two processes: 20,000 + 5,000 MiB);
+  GPU B2 idle.
+
+Each node's first GPU (A1, B1) has the lower PCI bus id, so its index is 0.
 
 Samples every 10 s for 30 minutes; rollups filled by ``Store.maintain``. Events,
 anomalies, alerts and silences exist for both namespaces. If the anomaly migration
@@ -59,20 +62,22 @@ CREATE TABLE IF NOT EXISTS silences (id bigserial PRIMARY KEY, matchers jsonb NO
 """
 
 
-def _holder(gpu: str, i: int, n: int) -> ProcessRecord | None:
+def _holders(gpu: str, i: int, n: int) -> list[ProcessRecord]:
     if gpu == A1:
         if i < n // 2:
-            return ProcessRecord(pid=100, namespace="research", pod="trainer-0", container="main", service="llm",
-                                 used_memory_mib=40_000, sm_util=90)
-        return ProcessRecord(pid=200, namespace="prod", pod="batch-0", container="main", service="etl",
-                             used_memory_mib=10_000, sm_util=30)
+            return [ProcessRecord(pid=100, namespace="research", pod="trainer-0", container="main", service="llm",
+                                  used_memory_mib=40_000, sm_util=90)]
+        return [ProcessRecord(pid=200, namespace="prod", pod="batch-0", container="main", service="etl",
+                              used_memory_mib=10_000, sm_util=30)]
     if gpu == A3:
-        return ProcessRecord(pid=300, namespace="research", pod="trainer-1", container="main", service="llm",
-                             used_memory_mib=42_000, sm_util=85)
+        return [ProcessRecord(pid=300, namespace="research", pod="trainer-1", container="main", service="llm",
+                              used_memory_mib=42_000, sm_util=85)]
     if gpu == B1:
-        return ProcessRecord(pid=400, namespace="prod", pod="serve-1", container="main", service="chat",
-                             used_memory_mib=20_000, sm_util=50)
-    return None
+        return [ProcessRecord(pid=400, namespace="prod", pod="serve-1", container="main", service="chat",
+                              used_memory_mib=20_000, sm_util=50),
+                ProcessRecord(pid=401, namespace="prod", pod="serve-1", container="sidecar", service="chat",
+                              used_memory_mib=5_000, sm_util=0)]
+    return []
 
 
 def fleet_records(end: datetime) -> list[GpuRecord]:
@@ -82,15 +87,17 @@ def fleet_records(end: datetime) -> list[GpuRecord]:
     for i in range(n):
         ts = (start + timedelta(seconds=i * STEP_S)).timestamp()
         for idx, (gpu, node) in enumerate(GPUS.items()):
-            holder = _holder(gpu, i, n)
-            busy = 0.0 if holder is None else (holder.sm_util or 0) / 100
+            holders = _holders(gpu, i, n)
+            busy = (holders[0].sm_util or 0) / 100 if holders else 0.0
             out.append(GpuRecord(
                 ts=ts, node=node, gpu=gpu, gpu_index=idx % 2, model="NVIDIA H200",
+                pci_bus_id=f"00000000:{0x18 + 0x20 * (idx % 2):02X}:00.0",
                 metrics={"DCGM_FI_PROF_SM_ACTIVE": busy, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": busy / 2,
                          "DCGM_FI_DEV_POWER_USAGE": 100 + 500 * busy, "DCGM_FI_DEV_GPU_TEMP": round(40 + 30 * busy),
-                         "DCGM_FI_DEV_FB_USED": round(holder.used_memory_mib or 0) if holder else 0,
-                         "DCGM_FI_DEV_FB_FREE": 140_000, "DCGM_FI_DEV_GPU_UTIL": round(100 * busy)},
-                processes=[holder] if holder else [],
+                         "DCGM_FI_DEV_FB_USED": round(sum(h.used_memory_mib or 0 for h in holders)),
+                         "DCGM_FI_DEV_FB_FREE": 140_000, "DCGM_FI_DEV_GPU_UTIL": round(100 * busy),
+                         "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0},
+                processes=holders,
             ))
     return out
 
@@ -185,7 +192,7 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(fleet_db: Fleet) -> Iterator[Api]:
-    settings = ApiSettings.model_validate({"token_cache_seconds": 0, "max_points": 5000})
+    settings = ApiSettings.model_validate({"token_cache_seconds": 0, "max_points": 5000, "stale_after_seconds": 3600})
     app = create_app(None, settings)
     with TestClient(app) as client:
         pool = client.portal.call(lambda: asyncpg.create_pool(fleet_db.dsn, min_size=1, max_size=4))
@@ -215,8 +222,8 @@ def live_api(fleet_db: Fleet) -> Iterator[LiveApi]:
 
     async def main() -> None:
         pool = await asyncpg.create_pool(fleet_db.dsn, min_size=1, max_size=4)
-        server = ApiServer(pool, ApiSettings.model_validate({"port": 0, "token_cache_seconds": 0,
-                                                             "max_points": 5000}), refresh_usage=False)
+        server = ApiServer(pool, ApiSettings.model_validate({"port": 0, "token_cache_seconds": 0, "max_points": 5000,
+                                                             "stale_after_seconds": 3600}), refresh_usage=False)
         await server.start()
         stop = asyncio.Event()
         holder.update(url=server.url, stop=stop, loop=asyncio.get_running_loop())

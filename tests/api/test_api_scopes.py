@@ -40,9 +40,12 @@ def test_every_get_endpoint_is_covered(api: Api) -> None:
 @pytest.mark.parametrize("token", ["research", "research_op", "research_admin", "nobody"])
 def test_a_scoped_token_gets_nothing_of_other_namespaces(api: Api, token: str) -> None:
     f = api.fleet
-    for paths in GET_CALLS.values():
+    doc = api.client.get("/api/v1/openapi.json").json()
+    for template, paths in GET_CALLS.items():
+        takes = {p["name"] for p in doc["paths"][template]["get"].get("parameters", []) if p["in"] == "query"}
+        span = {"start": f.start.timestamp() - 120, "end": f.end.timestamp() + 120} if "start" in takes else {}
         for path in paths:
-            resp = api.get(path, token=token, start=f.start.timestamp() - 120, end=f.end.timestamp() + 120)
+            resp = api.get(path, token=token, **span)
             assert resp.status_code in (200, 403, 404), (path, resp.text)
             text = resp.text
             leaked = [m for m in PROD_MARKERS if m in text and m not in path]  # a 404 may echo the path
@@ -62,11 +65,13 @@ def test_research_sees_its_own_and_only_its_own_counts(api: Api) -> None:
     # A1's series: only the first 15 minutes, when research held it
     raw = api.get(f"/gpus/{A1}/series", token="research", start=f.start.timestamp(), end=f.end.timestamp(),
                   step="10s", metrics="DCGM_FI_PROF_SM_ACTIVE").json()
-    assert len(raw["times"]) == 90 and max(raw["times"]) < (f.start.timestamp() + 900)
-    assert all(abs(v - 0.9) < 1e-9 for v in raw["series"]["DCGM_FI_PROF_SM_ACTIVE"])
+    held = [(t, v) for t, v in zip(raw["times"], raw["series"]["DCGM_FI_PROF_SM_ACTIVE"], strict=True) if v is not None]
+    assert len(held) == 90 and max(t for t, _ in held) < (f.start.timestamp() + 900)
+    assert all(abs(v - 0.9) < 1e-9 for _, v in held)
     minute = api.get(f"/gpus/{A1}/series", token="research", start=f.start.timestamp(), end=f.end.timestamp(),
                      step="1m", metrics="DCGM_FI_PROF_SM_ACTIVE").json()
-    assert minute["source"] == "1m" and 15 <= len(minute["times"]) <= 16
+    held_minutes = [v for v in minute["series"]["DCGM_FI_PROF_SM_ACTIVE"] if v is not None]
+    assert minute["source"] == "1m" and 15 <= len(held_minutes) <= 16
     assert api.get(f"/gpus/{B1}/series", token="research").status_code == 404
     events = api.get("/events", token="research").json()["items"]
     assert [e["detail"] for e in events] == ["research-time xid"]
@@ -74,8 +79,11 @@ def test_research_sees_its_own_and_only_its_own_counts(api: Api) -> None:
     assert len(api.get("/alerts", token="research").json()["items"]) == 1
     assert len(api.get("/silences", token="research_op").json()["items"]) == 1
     assert api.get("/silences", token="research").status_code == 403  # silences are for operators
-    chat = api.get("/services/chat/history", token="research").json()
-    assert chat["steps"] == [] and chat["pods"] == [] and chat["total"]["gpu_seconds"] == 0
+    chat = api.get("/services/chat/history", token="research")
+    assert chat.status_code == 404 and "chat" in chat.json()["message"]  # as unknown as a service that never ran
+    own = api.get("/services/llm/history", token="research", start=f.start.timestamp(),
+                  end=f.end.timestamp() + 60).json()
+    assert {p["pod"] for p in own["pods"]} == {"trainer-0", "trainer-1"}
 
 
 def test_unscoped_viewer_sees_everything(api: Api) -> None:
@@ -112,8 +120,20 @@ def test_scoped_operator_silences_only_its_namespaces(api: Api) -> None:
     assert resp.status_code == 201, resp.text
     created = resp.json()
     assert created["matchers"] == {"namespace": "research", "service": "llm"}
+    assert created["created_by"].endswith("(research_op)")
     prod_id = next(s["id"] for s in api.get("/silences").json()["items"] if s["matchers"].get("namespace") == "prod")
     assert api.call("DELETE", f"/silences/{prod_id}", token="research_op").status_code == 404
+    forged = api.call("DELETE", "/silences/si_AAAAAAAAAAAAAAAAAAAAAA", token="research_op")
+    assert forged.status_code == 400 and forged.json()["field"] == "silence_id"
+    # created_by: the creating token and admins see it, another operator does not
+    def created_by(token: str) -> str:
+        return next(s["created_by"] for s in api.get("/silences", token=token).json()["items"]
+                    if s["id"] == created["id"])
+    assert created_by("research_op") == created["created_by"] and created_by("admin") == created["created_by"]
+    assert created_by("research_admin") == created["created_by"]  # an admin of that namespace
+    assert created_by("operator") == "redacted"
+    assert {s["created_by"] for s in api.get("/silences", token="research_op").json()["items"]
+            if s["id"] != created["id"]} == {"redacted"}
     ended = api.call("DELETE", f"/silences/{created['id']}", token="research_op")
     assert ended.status_code == 200
     assert created["id"] not in [s["id"] for s in api.get("/silences", token="research_op", active="true")
@@ -146,3 +166,39 @@ def test_tokens_are_stored_hashed(api: Api) -> None:
     secret = api.fleet.tokens["viewer"]
     listing = json.dumps(api.get("/tokens").json())
     assert secret not in listing and secret[3:] not in listing
+
+
+def test_ids_are_opaque_stable_and_page_through(api: Api) -> None:
+    import asyncio
+
+    import asyncpg
+
+    async def row_ids() -> set[str]:
+        conn = await asyncpg.connect(api.fleet.dsn)
+        try:
+            return {str(r["id"]) for t in ("anomalies", "alerts", "silences")
+                    for r in await conn.fetch(f"SELECT id FROM {t}")}  # t: constants
+        finally:
+            await conn.close()
+
+    anomalies = api.get("/anomalies").json()["items"]
+    alerts = api.get("/alerts").json()["items"]
+    assert all(a["id"].startswith("an_") and len(a["id"]) == 25 for a in anomalies)
+    assert {a["anomaly_id"] for a in alerts} <= {a["id"] for a in anomalies}  # the same id wherever it appears
+    research = api.get("/anomalies", token="research").json()["items"]
+    assert [a["id"] for a in research] == [a["id"] for a in anomalies if a["namespace"] == "research"]
+    raw = asyncio.run(row_ids())
+    shown = [a["id"] for a in anomalies] + [a["id"] for a in alerts]
+    assert not any(part.isdigit() for i in shown for part in i.split("_")) and not raw & set(shown)
+    # cursors are opaque too, and page through every row once
+    seen, cursor = [], None
+    while True:
+        page = api.get("/anomalies", limit=1, **({"cursor": cursor} if cursor else {})).json()
+        seen += [a["id"] for a in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        assert cursor.startswith("an_")
+    assert seen == [a["id"] for a in anomalies]
+    wrong_kind = api.get("/alerts", cursor=anomalies[0]["id"])
+    assert wrong_kind.status_code == 400 and wrong_kind.json()["field"] == "cursor"

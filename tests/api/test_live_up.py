@@ -3,8 +3,12 @@ top`` and the collector's ``/metrics``.
 
 Headless Debian Chromium (``/usr/bin/chromium``), driven by Playwright with
 ``executable_path``; no browser is ever downloaded. The test pastes a viewer token,
-checks that the fleet table fills with the simulated GPUs, opens a GPU's charts and a
-service's page, and keeps screenshots under ``test-artifacts/`` (the CI artifact dir).
+checks that the fleet table fills with the simulated GPUs (health, sample age, one
+entry per pod), that an open critical anomaly shows as critical health, in the
+anomalies view and as a marker on the GPU's charts (titled node · GPU index · model ·
+pod, with a power-limit line, clock and throttle charts, memory ticks in GiB), and that
+a service's 24-hour view has a 5-minute step per bucket; it keeps screenshots under
+``test-artifacts/`` (the CI artifact dir, gitignored).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -98,12 +104,38 @@ def _roll_up_now(dsn: str) -> None:
     asyncio.run(main())
 
 
-def test_web_page_shows_the_fleet_a_gpu_and_a_service(running_up: tuple[str, str, str]) -> None:
+def _add_anomaly(dsn: str, gpu: str) -> None:
+    """An open critical anomaly and an event on ``gpu``, as the detectors and the agent would write them."""
+
+    async def main() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            node = await conn.fetchval("SELECT node FROM gpu_inventory WHERE gpu = $1", gpu)
+            await conn.execute(
+                "INSERT INTO anomalies (fingerprint, kind, severity, gpu, node, start_ts, summary, causes) VALUES"
+                " ('fp-live', 'xid', 'critical', $1, $2, now() - interval '2 minutes', 'XID 79 on the test GPU',"
+                " '[\"XID 79\"]')", gpu, node)
+            await conn.execute("INSERT INTO events (ts, node, gpu, kind, code, detail) VALUES"
+                               " (now() - interval '2 minutes', $2, $1, 'xid', 79, 'test XID')", gpu, node)
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def _js(page: Any, script: str) -> Any:
+    return page.evaluate(script)
+
+
+def test_web_page_shows_the_fleet_incidents_a_gpu_and_a_service(running_up: tuple[str, str, str]) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (/usr/bin/chromium); .ci/run installs it")
     playwright = pytest.importorskip("playwright.sync_api")
     url, token, dsn = running_up
     _wait_for_gpus(url, token, 4)
+    gpus = httpx.get(f"{url}/api/v1/gpus", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()["items"]
+    first = gpus[0]
+    _add_anomaly(dsn, first["gpu"])
     _roll_up_now(dsn)  # what the collector does every minute, without waiting a minute
     ARTIFACTS.mkdir(exist_ok=True)
     with playwright.sync_playwright() as p:
@@ -119,24 +151,54 @@ def test_web_page_shows_the_fleet_a_gpu_and_a_service(running_up: tuple[str, str
             page.wait_for_selector("#fleet tbody tr:nth-child(4)", timeout=15_000)
             rows = page.locator("#fleet tbody tr")
             assert rows.count() == 4
-            first = rows.nth(0).inner_text()
-            assert "NVIDIA" in first or "H" in first
             assert page.locator("#who").inner_text().startswith("viewer")
+            hit = page.locator(f"#fleet tbody tr[data-gpu='{first['gpu']}']")
+            assert hit.get_attribute("data-health") == "critical" and "XID 79" in hit.inner_text()
+            texts = [rows.nth(i).inner_text() for i in range(4)]
+            assert all(re.search(r"\d+ (s|min)\b", t) for t in texts), texts  # sample age
+            assert any("\u00d72" in t for t in texts)  # the serving pod's two processes: one entry
+            assert all(" GiB" in t and " W" in t for t in texts)
             page.screenshot(path=str(ARTIFACTS / "web-fleet.png"), full_page=True)
 
-            rows.nth(0).locator("a").first.click()
-            page.wait_for_selector("#gpu-charts .main-svg", timeout=15_000)
-            assert page.locator("#gpu-charts .chart").count() == 5
-            page.wait_for_function("document.querySelector('#gpu-facts').textContent.includes('points')")
+            page.click("#nav-incidents")
+            page.wait_for_selector("#anomalies tbody tr[data-id]", timeout=15_000)
+            anomaly = page.locator("#anomalies tbody tr[data-id]").first.inner_text()
+            assert "critical" in anomaly and "XID 79 on the test GPU" in anomaly and "GPU" in anomaly
+            assert "test XID" in page.locator("#events tbody").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "web-incidents.png"), full_page=True)
+
+            page.goto(f"{url}/#/gpu/{first['gpu']}")
+            page.wait_for_selector("#chart-throttle .main-svg", timeout=15_000)
+            page.wait_for_function("document.querySelector('#gpu-facts').textContent.includes('buckets')")
+            title = page.locator("#gpu-title").inner_text()
+            assert title.startswith(f"{first['node']} · GPU {first['gpu_index']} · NVIDIA"), title
+            assert first["gpu"] not in title
+            assert page.locator("#gpu-charts .chart").count() == 6
+            power = _js(page, "document.getElementById('chart-power').data.map((t) => t.name)")
+            assert power == ["power", "power limit"]
+            assert _js(page, "document.getElementById('chart-clocks').data.length") == 2
+            assert _js(page, "document.getElementById('chart-activity').data.every((t) => t.connectgaps === false)")
+            shapes = _js(page, "document.getElementById('chart-power').layout.shapes.map((s) => s.type)")
+            assert "rect" in shapes and "line" in shapes  # the anomaly's span and the event's line
+            notes = _js(page, "document.getElementById('chart-activity').layout.annotations.map((a) => a.text)")
+            assert "xid" in notes and "xid 79" in notes
+            ticks = _js(page, "[...document.querySelectorAll('#chart-memory .ytick text')].map((t) => t.textContent)")
+            assert ticks and all(t.endswith(" GiB") and "k" not in t for t in ticks), ticks
             page.screenshot(path=str(ARTIFACTS / "web-gpu.png"), full_page=True)
 
             page.goto(url + "/#/")
             page.wait_for_selector("#services li a", timeout=15_000)
             page.locator("#services li a").first.click()
-            page.wait_for_function("document.querySelector('#service-total').textContent.includes('GPU-hours')")
-            page.wait_for_selector("#service-charts .main-svg", timeout=15_000)
+            page.wait_for_function("document.querySelector('#service-total').textContent.includes('running')")
+            page.wait_for_selector("#svc-cost .main-svg", timeout=15_000)
             page.wait_for_selector("#pods tbody tr", timeout=15_000)
-            assert not page.locator("#service-total").inner_text().startswith("0.00 GPU-hours")
+            total = page.locator("#service-total").inner_text()
+            held = re.match(r"^([\d.]+) GPU-(seconds|minutes|hours) over ([\d.]+) (s|min|h) running", total)
+            assert held and float(held.group(1)) > 0 and float(held.group(3)) > 0, total
+            buckets = _js(page, "document.getElementById('svc-gpus').data[0].x.length")
+            assert buckets >= 288, buckets  # 24 h of 5-minute steps, the empty ones as gaps
+            header = page.locator("#pods thead").inner_text()
+            assert "GPUs while running" in header and "range average" in header
             page.screenshot(path=str(ARTIFACTS / "web-service.png"), full_page=True)
             assert not errors, errors
             assert page.locator("#status").inner_text() == ""
@@ -156,7 +218,15 @@ def test_top_prints_the_fleet(running_up: tuple[str, str, str]) -> None:
     out = subprocess.run(_gpuwatch("top", "--url", url, "--once"), capture_output=True, text=True, timeout=60,
                          env={**ENV, "GPUWATCH_TOKEN": token, "COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
-    assert "4 GPUs" in out.stdout and "NVIDIA H200" in out.stdout and "llm-pretrain" in out.stdout
+    assert "4 GPUs" in out.stdout and "llm-pretrain" in out.stdout and "x2" in out.stdout
+    narrow = subprocess.run(_gpuwatch("top", "--url", url, "--once"), capture_output=True, text=True, timeout=60,
+                            env={**ENV, "GPUWATCH_TOKEN": token, "COLUMNS": "80", "LINES": "24"})
+    lines = narrow.stdout.splitlines()
+    assert narrow.returncode == 0 and max(len(line) for line in lines) <= 80, narrow.stdout
+    body = [line for line in lines if re.match(r"^\S+\s+\d+\s", line)]
+    assert len(body) == 4, narrow.stdout  # one row per GPU
+    for line in body:  # the numbers, the health and the age are whole at 80 columns
+        assert re.search(r"\d+%\s+[\d/]+\s+\d+\s+\d+\s+(ok|degraded|critical|stale|no data)\s+\S+\s+\d+$", line), line
     refused = subprocess.run(_gpuwatch("top", "--url", url, "--once"), capture_output=True, text=True,
                              timeout=60, env={**ENV, "GPUWATCH_TOKEN": "gw_wrong"})
     assert refused.returncode == 1 and "401" in refused.stderr and "gw_wrong" not in refused.stderr
