@@ -43,7 +43,7 @@ from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh
+from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourceRef, VariableOption, VariableRefresh
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS = (ROOT / "dashboards", ROOT / "deploy" / "helm" / "gpuwatch" / "dashboards")
@@ -166,7 +166,7 @@ def sql_variable(name: str, sql: str, label: str) -> QueryVariable:
 def base(uid: str, title: str, description: str) -> Dashboard:
     return (Dashboard(title).uid(uid).description(description).tags(TAGS).editable().refresh("30s")
             .time("now-6h", "now").timezone("browser")
-            .link(DashboardLink("gpuwatch").type("dashboards").tags(TAGS).as_dropdown(True)
+            .link(DashboardLink("gpuwatch").type(DashboardLinkType.DASHBOARDS).tags(TAGS).as_dropdown(True)
                   .include_vars(True).keep_time(True)))
 
 
@@ -484,7 +484,7 @@ def health() -> Dashboard:
                        prom(f"sum(rate(gpuwatch_agent_spool_dropped_total{rate}))", "dropped"), span=8))
         .with_panel(ts("Spool and connection", "bytes",
                        prom(f"max by (Hostname) (gpuwatch_agent_spool_bytes * {info})", "spool {{Hostname}}"),
-                       prom(f"count(gpuwatch_agent_kafka_connected == 0) or vector(0)", "agents disconnected"),
+                       prom("count(gpuwatch_agent_kafka_connected == 0) or vector(0)", "agents disconnected"),
                        span=8))
         .with_row(Row("Collectors"))
         .with_panel(ts("Records stored per second", "ops",

@@ -226,7 +226,7 @@ def test_paths_the_images_create_are_the_settings_defaults(instructions: list[In
 
         spool = str(AgentSettings.model_fields["spool_dir"].default)
         assert f"install -d -o 65532 -g 65532 {spool}" in text
-        assert json.loads([i.args for i in final_stage(instructions) if i.keyword == "VOLUME"][0]) == [spool]
+        assert json.loads(next(i.args for i in final_stage(instructions) if i.keyword == "VOLUME")) == [spool]
     else:
         assert env_of(final_stage(instructions)).get("GPUWATCH_API_HOST") == "0.0.0.0"
 

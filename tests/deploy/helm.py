@@ -110,7 +110,8 @@ class Rendered:
 
     def one(self, kind: str, name_suffix: str = "") -> dict[str, Any]:
         found = [d for d in self.of_kind(kind) if d["metadata"]["name"].endswith(name_suffix)]
-        assert len(found) == 1, f"expected one {kind} named *{name_suffix}, got {[d['metadata']['name'] for d in found]}"
+        names = [d["metadata"]["name"] for d in found]
+        assert len(found) == 1, f"expected one {kind} named *{name_suffix}, got {names}"
         return found[0]
 
     def named(self, kind: str, name: str) -> dict[str, Any] | None:

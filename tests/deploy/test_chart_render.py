@@ -200,7 +200,8 @@ def test_service_monitors_honour_the_agents_labels_and_use_the_metrics_token() -
     env = env_of(containers(rendered.one("Deployment", "-collector"))[0])
     assert env["GPUWATCH_API_METRICS_AUTH"] == "true"
     # the ServiceMonitor selects the Service, whose port is named as the endpoint says
-    for sm, svc in ((agent_sm, rendered.one("Service", "-agent")), (collector_sm, rendered.one("Service", "-collector"))):
+    pairs = ((agent_sm, rendered.one("Service", "-agent")), (collector_sm, rendered.one("Service", "-collector")))
+    for sm, svc in pairs:
         labels = svc["metadata"]["labels"]
         assert sm["spec"]["selector"]["matchLabels"].items() <= labels.items()
         assert sm["spec"]["endpoints"][0]["port"] in {p["name"] for p in svc["spec"]["ports"]}
@@ -311,7 +312,9 @@ def test_dashboards_are_labelled_configmaps_equal_to_the_generated_files() -> No
     assert not [d for d in render("minimal").docs if d["kind"] == "ConfigMap"]
 
 
-def test_alert_rules_configmap_loads_in_the_collector_with_the_rendered_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alert_rules_configmap_loads_in_the_collector_with_the_rendered_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from collector.alerting.rules import parse_rules
 
     rendered = render("alerting")
@@ -335,7 +338,8 @@ def test_the_workloads_run_the_images_entrypoints_on_their_ports() -> None:
     from tests.test_dockerfile import entrypoint_and_ports
 
     rendered = render("defaults")
-    for kind, dockerfile, port in (("DaemonSet", "Dockerfile.agent", 9400), ("Deployment", "Dockerfile.collector", 8080)):
+    images = (("DaemonSet", "Dockerfile.agent", 9400), ("Deployment", "Dockerfile.collector", 8080))
+    for kind, dockerfile, port in images:
         (container,) = containers(rendered.one(kind))
         entrypoint, ports = entrypoint_and_ports(ROOT / dockerfile)
         assert container["command"] == entrypoint

@@ -81,8 +81,9 @@ def _emitted_names() -> set[str]:
     from telemetry.catalog import KEYS
 
     names = set(KEYS) | {"up"}
+    # prometheus_client's ProcessCollector
     names |= {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
-              "process_start_time_seconds", "process_open_fds", "process_max_fds"}  # prometheus_client's ProcessCollector
+              "process_start_time_seconds", "process_open_fds", "process_max_fds"}
     for source in (ROOT / "agent" / "exposition.py", ROOT / "collector" / "api" / "metrics.py"):
         text = source.read_text()
         names |= {m + "_total" for m in re.findall(r'CounterMetricFamily\(\s*"([a-z_]+)"', text)}
@@ -243,7 +244,7 @@ def test_every_sql_query_returns_data(filled_db: str, query: Query) -> None:
         assert any(r["value"] is not None for r in rows), f"{query.id}: only NULL values"
     elif query.fmt == "annotation":
         assert {"time", "text", "tags"} <= set(rows[0].keys())
-    elif query.fmt == "table" and "value" in rows[0].keys():
+    elif query.fmt == "table" and "value" in rows[0]:
         assert rows[0]["value"] is not None, f"{query.id}: NULL"
         if query.dashboard == "gpuwatch-service-history":  # totals of a fleet that ran an hour
             assert float(rows[0]["value"]) > 0, f"{query.id}: {rows[0]['value']}"

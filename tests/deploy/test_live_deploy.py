@@ -122,6 +122,15 @@ def _ok(url: str) -> bool:
         return False
 
 
+def _wait_serving(pod: LocalPod, url: str) -> None:
+    def probe() -> bool:
+        if not pod.running():
+            pytest.fail(f"{pod.argv[1]} exited:\n{pod.log_tail()}", pytrace=False)
+        return _ok(url)
+
+    wait_until(probe, timeout=60, what=url, details=pod.log_tail)
+
+
 async def _execute(dsn: str, sql: str, *args: Any) -> Any:
     conn = await asyncpg.connect(dsn)
     try:
@@ -159,10 +168,8 @@ def stack(pg_server: PgServer, tansu_bin: Path, prometheus_bin: str,
                                 pod_name=COLLECTOR_POD)
         pods += [collector.start(), agent.start()]
         agent_url, api_url = f"http://127.0.0.1:{ports['agent']}", f"http://127.0.0.1:{ports['collector']}"
-        for pod, url in ((agent, f"{agent_url}/readyz"), (collector, f"{api_url}/")):
-            wait_until(lambda pod=pod, url=url: pod.running() and _ok(url) or (not pod.running() and pytest.fail(
-                f"{pod.argv[1]} exited:\n{pod.log_tail()}", pytrace=False)), timeout=60, what=url,
-                details=pod.log_tail)
+        _wait_serving(agent, f"{agent_url}/readyz")
+        _wait_serving(collector, f"{api_url}/")
         tokens = {role: _token(collector, notes, role) for role in ("admin", "viewer")}
         # one open anomaly, so that the collector's per-severity gauge has a series to scrape
         asyncio.run(_execute(dsn, "INSERT INTO anomalies (fingerprint, kind, severity, gpu, node, start_ts, summary)"
