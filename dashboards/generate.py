@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -242,7 +243,15 @@ def fleet() -> Dashboard:
 def gpu_detail() -> Dashboard:
     f = 'Hostname=~"$Hostname", UUID=~"$gpu"'
     r = f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{f}}}"
-    legend = "{{Hostname}} {{gpu}}"
+
+    def g(title: str, unit: str, *series: tuple[str, str], description: str = "") -> Timeseries:
+        """A panel of per-GPU series: (a metric name, or an expression with {METRIC} selectors; legend prefix)."""
+        targets = []
+        for expr, prefix in series:
+            inner = re.sub(r"\{(\w+)\}", lambda m: f"{m[1]}{{{f}}}", expr) if "{" in expr else f"{expr}{{{f}}}"
+            targets.append(prom(f"max by (Hostname, gpu) ({inner})", f"{prefix} {{{{Hostname}}}} {{{{gpu}}}}".strip()))
+        return ts(title, unit, *targets, span=8, description=description)
+
     return (
         base("gpuwatch-gpu", "gpuwatch / Node and GPU detail",
              "Every counter of the chosen GPUs, their processes, and the events and anomalies on them.")
@@ -260,64 +269,37 @@ def gpu_detail() -> Dashboard:
                                 " AND (end_ts IS NULL OR end_ts >= $__timeFrom()) ORDER BY start_ts",
                                 "table")))  # type: ignore[arg-type]
         .with_row(Row("Activity"))
-        .with_panel(ts("GPU utilization", "percent", prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL{{{f}}})",
-                                                          legend), span=8))
-        .with_panel(ts("SM active", "percentunit", prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_SM_ACTIVE{{{f}}})",
-                                                        legend), span=8))
-        .with_panel(ts("SM occupancy", "percentunit",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_SM_OCCUPANCY{{{f}}})", legend), span=8))
-        .with_panel(ts("Tensor / DRAM active", "percentunit",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{f}}})", "tensor " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_DRAM_ACTIVE{{{f}}})", "dram " + legend), span=8))
-        .with_panel(ts("FP64 / FP32 / FP16 pipes", "percentunit",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_PIPE_FP64_ACTIVE{{{f}}})", "fp64 " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_PIPE_FP32_ACTIVE{{{f}}})", "fp32 " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_PIPE_FP16_ACTIVE{{{f}}})", "fp16 " + legend),
-                       span=8))
-        .with_panel(ts("Graphics engine / copy / video", "percent",
-                       prom(f"100 * max by (Hostname, gpu) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{f}}})", "gr " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_MEM_COPY_UTIL{{{f}}})", "copy " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_ENC_UTIL{{{f}}})", "enc " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_DEC_UTIL{{{f}}})", "dec " + legend), span=8))
+        .with_panel(g("GPU utilization", "percent", ("DCGM_FI_DEV_GPU_UTIL", "")))
+        .with_panel(g("SM active", "percentunit", ("DCGM_FI_PROF_SM_ACTIVE", "")))
+        .with_panel(g("SM occupancy", "percentunit", ("DCGM_FI_PROF_SM_OCCUPANCY", "")))
+        .with_panel(g("Tensor / DRAM active", "percentunit", ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "tensor"),
+                      ("DCGM_FI_PROF_DRAM_ACTIVE", "dram")))
+        .with_panel(g("FP64 / FP32 / FP16 pipes", "percentunit", ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "fp64"),
+                      ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "fp32"), ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "fp16")))
+        .with_panel(g("Graphics engine / copy / video", "percent", ("100 * {DCGM_FI_PROF_GR_ENGINE_ACTIVE}", "gr"),
+                      ("DCGM_FI_DEV_MEM_COPY_UTIL", "copy"), ("DCGM_FI_DEV_ENC_UTIL", "enc"),
+                      ("DCGM_FI_DEV_DEC_UTIL", "dec")))
         .with_row(Row("Memory, power, heat, clocks"))
-        .with_panel(ts("Framebuffer", "decmbytes",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED{{{f}}})", "used " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_FB_FREE{{{f}}})", "free " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_FB_RESERVED{{{f}}})", "reserved " + legend),
-                       span=8))
-        .with_panel(ts("Power and limit", "watt",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_POWER_USAGE{{{f}}})", "draw " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_POWER_MGMT_LIMIT{{{f}}})", "limit " + legend),
-                       prom(f"max by (Hostname, gpu) (rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{f}}}"
-                            "[$__rate_interval])) / 1000", "from energy " + legend), span=8,
-                       description="Energy is a counter in mJ: its rate / 1000 is the average power in W."))
-        .with_panel(ts("Temperature", "celsius",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP{{{f}}})", "gpu " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_MEMORY_TEMP{{{f}}})", "memory " + legend), span=8))
-        .with_panel(ts("Clocks", "rotmhz",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_SM_CLOCK{{{f}}})", "sm " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_MEM_CLOCK{{{f}}})", "mem " + legend), span=8))
-        .with_panel(ts("Throttling", "bool",
-                       prom(f"max by (Hostname, gpu) (floor({r} / 32) % 4 > bool 0)", "thermal " + legend),
-                       prom(f"max by (Hostname, gpu) ((floor({r} / 4) % 2) + (floor({r} / 8) % 2) + "
-                            f"(floor({r} / 128) % 2) > bool 0)", "power " + legend), span=8,
-                       description="Clock event reasons: thermal = SW/HW thermal (0x20, 0x40); power = SW power "
-                                   "cap, HW slowdown, power brake (0x4, 0x8, 0x80)."))
-        .with_panel(ts("P-state", "none", prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_PSTATE{{{f}}})", legend),
-                       span=8))
+        .with_panel(g("Framebuffer", "decmbytes", ("DCGM_FI_DEV_FB_USED", "used"), ("DCGM_FI_DEV_FB_FREE", "free"),
+                      ("DCGM_FI_DEV_FB_RESERVED", "reserved")))
+        .with_panel(g("Power and limit", "watt", ("DCGM_FI_DEV_POWER_USAGE", "draw"),
+                      ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "limit"),
+                      ("rate({DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION}[$__rate_interval]) / 1000", "from energy"),
+                      description="Energy is a counter in mJ: its rate / 1000 is the average power in W."))
+        .with_panel(g("Temperature", "celsius", ("DCGM_FI_DEV_GPU_TEMP", "gpu"), ("DCGM_FI_DEV_MEMORY_TEMP", "memory")))
+        .with_panel(g("Clocks", "rotmhz", ("DCGM_FI_DEV_SM_CLOCK", "sm"), ("DCGM_FI_DEV_MEM_CLOCK", "mem")))
+        .with_panel(g("Throttling", "bool", (f"floor({r} / 32) % 4 > bool 0", "thermal"),
+                      (f"(floor({r} / 4) % 2) + (floor({r} / 8) % 2) + (floor({r} / 128) % 2) > bool 0", "power"),
+                      description="Clock event reasons: thermal = SW/HW thermal (0x20, 0x40); power = SW power "
+                                  "cap, HW slowdown, power brake (0x4, 0x8, 0x80)."))
+        .with_panel(g("P-state", "none", ("DCGM_FI_DEV_PSTATE", "")))
         .with_row(Row("Interconnect and errors"))
-        .with_panel(ts("PCIe", "Bps",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_PCIE_TX_BYTES{{{f}}})", "tx " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_PCIE_RX_BYTES{{{f}}})", "rx " + legend), span=8))
-        .with_panel(ts("NVLink", "Bps",
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_NVLINK_TX_BYTES{{{f}}})", "tx " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_PROF_NVLINK_RX_BYTES{{{f}}})", "rx " + legend), span=8))
-        .with_panel(ts("PCIe replays, ECC errors, last XID", "none",
-                       prom(f"max by (Hostname, gpu) (increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{f}}}[5m]))",
-                            "pcie replays/5m " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{f}}})", "ecc sbe " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{f}}})", "ecc dbe " + legend),
-                       prom(f"max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS{{{f}}})", "xid " + legend), span=8))
+        .with_panel(g("PCIe", "Bps", ("DCGM_FI_PROF_PCIE_TX_BYTES", "tx"), ("DCGM_FI_PROF_PCIE_RX_BYTES", "rx")))
+        .with_panel(g("NVLink", "Bps", ("DCGM_FI_PROF_NVLINK_TX_BYTES", "tx"), ("DCGM_FI_PROF_NVLINK_RX_BYTES", "rx")))
+        .with_panel(g("PCIe replays, ECC errors, last XID", "none",
+                      ("increase({DCGM_FI_DEV_PCIE_REPLAY_COUNTER}[5m])", "pcie replays/5m"),
+                      ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc sbe"), ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc dbe"),
+                      ("DCGM_FI_DEV_XID_ERRORS", "xid")))
         .with_row(Row("Processes"))
         .with_panel(ts("Process memory", "bytes", prom(
             f"sum by (namespace, pod, process_name, pid) (gpuwatch_process_used_memory_bytes{{{f}}})",

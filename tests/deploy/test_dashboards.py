@@ -41,6 +41,7 @@ from tests.deploy.dashboards import (
     substitute,
     variables,
 )
+from tests.deploy.databases import fresh_database
 from tests.fixtures_pg import PgServer
 
 QUERIES = all_queries()
@@ -191,15 +192,9 @@ async def _fill(dsn: str) -> None:
 
 @pytest.fixture(scope="module")
 def filled_db(pg_server: PgServer) -> Iterator[str]:
-    pg_server.start()
-    name = f"dash_{int(END.timestamp())}"
-    pg_server.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    try:
-        dsn = pg_server.dsn(name)
+    with fresh_database(pg_server, "dashboards") as dsn:
         asyncio.run(_fill(dsn))
         yield dsn
-    finally:
-        pg_server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _fetch(dsn: str, sql: str) -> list[Any]:

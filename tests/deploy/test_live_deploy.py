@@ -17,7 +17,6 @@ import json
 import re
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 
 from tests.conftest import PrometheusServer, free_port, http_get, wait_until
 from tests.deploy.dashboards import Query, all_queries, grouping_labels, metric_names, substitute, variables
+from tests.deploy.databases import fresh_database
 from tests.deploy.helm import ROOT, Chart, Rendered, value_set
 from tests.deploy.pods import LocalPod, materialize
 from tests.fixtures_kafka import KafkaBroker, create_topic
@@ -143,10 +143,11 @@ async def _execute(dsn: str, sql: str, *args: Any) -> Any:
 def stack(pg_server: PgServer, tansu_bin: Path, prometheus_bin: str,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("live")
-    pg_server.start()
-    db = f"live_{int(time.time())}"
-    pg_server.execute(f'CREATE DATABASE "{db}" TEMPLATE template0')
-    dsn = pg_server.dsn(db)
+    with fresh_database(pg_server, "live") as dsn:
+        yield from _stack(dsn, tansu_bin, prometheus_bin, workdir)
+
+
+def _stack(dsn: str, tansu_bin: Path, prometheus_bin: str, workdir: Path) -> Iterator[Stack]:
     broker = KafkaBroker(tansu_bin, free_port(), workdir, "memory://tansu/").start()
     pods: list[LocalPod] = []
     prometheus: PrometheusServer | None = None
@@ -184,7 +185,6 @@ def stack(pg_server: PgServer, tansu_bin: Path, prometheus_bin: str,
         for pod in reversed(pods):
             pod.stop()
         broker.kill()
-        pg_server.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def test_the_agent_runs_from_the_daemonset_and_sends(stack: Stack) -> None:
