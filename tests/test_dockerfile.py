@@ -1,7 +1,11 @@
-"""Static checks of the agent's image definition (no Docker engine needed).
+"""Static checks of the image definitions (no Docker engine here, so nothing is built).
 
-Dockerfile.agent must build a slim, reproducible, non-root image that asks the NVIDIA
-container runtime for NVML only, serves on dcgm-exporter's port and runs ``gpuwatch agent``.
+Dockerfile.agent and Dockerfile.collector must build slim, reproducible, non-root images
+from an exactly pinned base, in two stages (the runtime stage gets the virtualenv, no
+sources), with OCI labels and a HEALTHCHECK, and install an extra that pyproject.toml
+defines and run a ``gpuwatch`` subcommand that exists. The agent's asks the NVIDIA runtime
+for NVML only and serves on dcgm-exporter's port. What they COPY must exist in the
+repository and survive .dockerignore.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import fnmatch
 import json
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCKERFILE = ROOT / "Dockerfile.agent"
+IMAGES = {"agent": ("Dockerfile.agent", 9400), "collector": ("Dockerfile.collector", 8080)}
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 
@@ -48,10 +54,25 @@ def parse(text: str) -> list[Instruction]:
     return instructions
 
 
+@pytest.fixture(params=sorted(IMAGES), scope="module")
+def image(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
 @pytest.fixture(scope="module")
-def instructions() -> list[Instruction]:
-    assert DOCKERFILE.is_file(), f"{DOCKERFILE} is missing"
-    return parse(DOCKERFILE.read_text())
+def instructions(image: str) -> list[Instruction]:
+    path = ROOT / IMAGES[image][0]
+    assert path.is_file(), f"{path} is missing"
+    return parse(path.read_text())
+
+
+def entrypoint_and_ports(dockerfile: Path) -> tuple[list[str], set[int]]:
+    """The final stage's exec-form ENTRYPOINT and EXPOSEd ports (the chart's tests compare them)."""
+    stage = final_stage(parse(dockerfile.read_text()))
+    entrypoints = [json.loads(ins.args) for ins in stage if ins.keyword == "ENTRYPOINT"]
+    ports = {int(p.split("/")[0]) for ins in stage if ins.keyword == "EXPOSE" for p in ins.args.split()}
+    return (entrypoints[-1] if entrypoints else []), ports
 
 
 def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
@@ -81,9 +102,10 @@ def env_of(stage: list[Instruction]) -> dict[str, str]:
 
 
 _FROM = re.compile(r"^(?:--platform=\S+\s+)?(?P<image>\S+)(?:\s+AS\s+(?P<alias>\S+))?$", re.IGNORECASE)
+_EXACT_PYTHON = re.compile(r"^python:\d+\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?$")
 
 
-def test_every_base_image_is_pinned_by_tag(instructions: list[Instruction]) -> None:
+def _bases(instructions: list[Instruction]) -> list[str]:
     aliases: set[str] = set()
     bases = []
     for ins in instructions:
@@ -91,19 +113,28 @@ def test_every_base_image_is_pinned_by_tag(instructions: list[Instruction]) -> N
             continue
         m = _FROM.match(ins.args)
         assert m is not None, f"unparsable FROM {ins.args}"
-        image = m["image"]
-        if image in aliases:  # an earlier stage of this file
-            continue
-        bases.append(image)
-        name, _, digest = image.partition("@")
-        tag = name.rsplit("/", 1)[-1].partition(":")[2]
-        assert tag or digest, f"{image} is not pinned: give a tag (and optionally a digest)"
-        assert tag != "latest", f"{image}: 'latest' is not a pin"
-        assert "$" not in image, f"{image}: the base image must be literal, not a build argument"
+        if m["image"] not in aliases:  # not an earlier stage of this file
+            bases.append(m["image"])
         if m["alias"]:
             aliases.add(m["alias"])
+    return bases
+
+
+def test_every_base_image_is_pinned_to_an_exact_release(instructions: list[Instruction]) -> None:
+    bases = _bases(instructions)
     assert bases, "no base image"
-    assert all(b.startswith("python:3.11-slim-bookworm") for b in bases), bases
+    for image in bases:
+        assert "$" not in image, f"{image}: the base image must be literal, not a build argument"
+        # an exact Python patch release on a named Debian suite (optionally a digest), never latest
+        assert _EXACT_PYTHON.match(image), f"{image} is not pinned to an exact python:X.Y.Z-slim-<suite>"
+    assert len(set(bases)) == 1, f"build and runtime stages should share one base: {bases}"
+
+
+def test_multi_stage_with_a_runtime_stage_free_of_sources(instructions: list[Instruction]) -> None:
+    assert len(stages(instructions)) >= 2, "a build stage and a runtime stage"
+    copies = [ins.args for ins in final_stage(instructions) if ins.keyword in ("COPY", "ADD")]
+    assert copies, "the final stage copies nothing"
+    assert all(c.startswith("--from=") for c in copies), f"the runtime stage copies from the context: {copies}"
 
 
 def test_base_python_satisfies_requires_python(instructions: list[Instruction]) -> None:
@@ -111,15 +142,14 @@ def test_base_python_satisfies_requires_python(instructions: list[Instruction]) 
     req = re.fullmatch(r">=\s*(\d+)\.(\d+)", requires.strip())
     assert req is not None, f"unexpected requires-python {requires!r}"
     minimum = (int(req[1]), int(req[2]))
-    for ins in instructions:
-        m = re.match(r"python:(\d+)\.(\d+)", ins.args) if ins.keyword == "FROM" else None
-        if m:
-            assert (int(m[1]), int(m[2])) >= minimum, f"{ins.args} is older than requires-python {requires}"
+    for image in _bases(instructions):
+        m = re.match(r"python:(\d+)\.(\d+)", image)
+        assert m and (int(m[1]), int(m[2])) >= minimum, f"{image} is older than requires-python {requires}"
 
 
 def test_the_image_runs_as_a_numeric_non_root_user(instructions: list[Instruction]) -> None:
     users = [ins.args for ins in final_stage(instructions) if ins.keyword == "USER"]
-    assert users, "the final stage sets no USER: the agent would run as root"
+    assert users, "the final stage sets no USER: the process would run as root"
     user, _, group = users[-1].partition(":")
     # numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd
     assert user.isdigit(), f"USER {users[-1]}: use a numeric UID"
@@ -127,38 +157,78 @@ def test_the_image_runs_as_a_numeric_non_root_user(instructions: list[Instructio
     assert not group or (group.isdigit() and int(group) != 0), f"USER {users[-1]}: non-root numeric group"
 
 
-def test_pip_installs_the_agent_extras_without_a_cache(instructions: list[Instruction]) -> None:
+def test_pip_installs_an_extra_that_exists_without_a_cache(instructions: list[Instruction], image: str) -> None:
     installs = [ins.args for ins in instructions if ins.keyword == "RUN" and "pip install" in ins.args]
     assert installs, "no pip install"
-    assert any(re.search(r"""["']?\.\[agent\]["']?""", run) for run in installs), installs
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = [m for run in installs for m in re.findall(r"\.\[([a-z,]+)\]", run)]
+    assert wanted == [image], f"the {image} image should install .[{image}], installs {wanted}"
+    for extra in wanted[0].split(","):
+        assert extra in extras, f".[{extra}] is not an extra of pyproject.toml"
     for run in installs:
         assert "--no-cache-dir" in run, f"pip install without --no-cache-dir: {run}"
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert "agent" in extras
 
 
-def test_nvidia_runtime_gives_nvml_only(instructions: list[Instruction]) -> None:
+def test_the_entry_point_and_subcommand_exist(instructions: list[Instruction], image: str) -> None:
+    entrypoint, ports = entrypoint_and_ports(ROOT / IMAGES[image][0])
+    # exec form, so that SIGTERM reaches the process (graceful shutdown) rather than a shell
+    assert entrypoint == ["gpuwatch", image]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts.get("gpuwatch") == "gpuwatch.cli:main"
+    # the subcommand is real: its --help answers (the build stage runs the same check)
+    proc = subprocess.run([sys.executable, "-m", "gpuwatch", image, "--help"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, check=False)
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+    assert ports == {IMAGES[image][1]}
+    assert not [ins for ins in final_stage(instructions) if ins.keyword == "CMD"], "flags come from the chart's args"
+
+
+def test_healthcheck_probes_the_served_port(instructions: list[Instruction], image: str) -> None:
+    checks = [ins.args for ins in final_stage(instructions) if ins.keyword == "HEALTHCHECK"]
+    assert len(checks) == 1, "one HEALTHCHECK in the final stage"
+    options, _, command = checks[0].partition("CMD ")
+    assert "--interval=" in options and "--timeout=" in options
+    argv = json.loads(command)  # exec form: no shell in the image is needed
+    assert argv[:2] == ["python", "-c"]
+    assert str(IMAGES[image][1]) in argv[2]
+    compile(argv[2], "HEALTHCHECK", "exec")
+
+
+def test_oci_labels(instructions: list[Instruction], image: str) -> None:
+    labels: dict[str, str] = {}
+    for ins in final_stage(instructions):
+        if ins.keyword == "LABEL":
+            for token in shlex.split(ins.args):
+                key, _, value = token.partition("=")
+                labels[key] = value
+    for key in ("title", "description", "version", "revision", "licenses", "base.name"):
+        assert labels.get(f"org.opencontainers.image.{key}"), f"missing OCI label org.opencontainers.image.{key}"
+    assert labels["org.opencontainers.image.title"] == f"gpuwatch-{image}"
+    license_ = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]["text"]
+    assert labels["org.opencontainers.image.licenses"] == license_
+    assert labels["org.opencontainers.image.base.name"].endswith(_bases(instructions)[0])
+
+
+def test_nvidia_runtime_gives_the_agent_nvml_only(instructions: list[Instruction], image: str) -> None:
     env = env_of(final_stage(instructions))
+    if image != "agent":
+        assert "NVIDIA_VISIBLE_DEVICES" not in env, "the collector needs no GPU"
+        return
     assert env.get("NVIDIA_VISIBLE_DEVICES") == "all"
     # utility = NVML and nvidia-smi; compute (CUDA) is not needed to read counters
     assert env.get("NVIDIA_DRIVER_CAPABILITIES") == "utility"
 
 
-def test_exposes_dcgm_exporter_port_and_runs_the_agent(instructions: list[Instruction]) -> None:
-    stage = final_stage(instructions)
-    ports = {p.split("/")[0] for ins in stage if ins.keyword == "EXPOSE" for p in ins.args.split()}
-    assert ports == {"9400"}
-    entrypoints = [ins.args for ins in stage if ins.keyword == "ENTRYPOINT"]
-    assert entrypoints, "no ENTRYPOINT"
-    # exec form, so that SIGTERM reaches the agent (graceful shutdown) rather than a shell
-    assert json.loads(entrypoints[-1]) == ["gpuwatch", "agent"]
-    assert not [ins for ins in stage if ins.keyword == "CMD"], "flags come from the DaemonSet's args"
+def test_paths_the_images_create_are_the_settings_defaults(instructions: list[Instruction], image: str) -> None:
+    text = " ".join(ins.args for ins in final_stage(instructions))
+    if image == "agent":
+        from agent.settings import AgentSettings
 
-
-def test_final_stage_carries_no_sources_or_build_context(instructions: list[Instruction]) -> None:
-    copies = [ins.args for ins in final_stage(instructions) if ins.keyword in ("COPY", "ADD")]
-    assert copies, "the final stage copies nothing"
-    assert all(c.startswith("--from=") for c in copies), f"the runtime stage copies from the context: {copies}"
+        spool = str(AgentSettings.model_fields["spool_dir"].default)
+        assert f"install -d -o 65532 -g 65532 {spool}" in text
+        assert json.loads(next(i.args for i in final_stage(instructions) if i.keyword == "VOLUME")) == [spool]
+    else:
+        assert env_of(final_stage(instructions)).get("GPUWATCH_API_HOST") == "0.0.0.0"
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
