@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -158,7 +159,47 @@ def _owner() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
+@dataclass
+class _Run:
+    """What the signal handler and the start-up share: the stop event, and whether serving began."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    serving: bool = False
+    signals: list[int] = field(default_factory=list)
+
+
 async def serve(args: argparse.Namespace, settings: Any, api_settings: Any) -> int:
+    loop = asyncio.get_running_loop()
+    run = _Run()
+    main = asyncio.current_task()
+
+    def on_signal(sig: int) -> None:
+        """While serving, the first signal stops gracefully (drain, then exit); any other cancels
+        what is under way (start-up, or a drain that waits for a dead database)."""
+        run.signals.append(sig)
+        if run.serving and not run.stop.is_set():
+            run.stop.set()
+        elif main is not None:
+            main.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        async with contextlib.AsyncExitStack() as stack:  # unwinds in reverse whatever _start started
+            ingestor = await _start(args, settings, api_settings, stack, run)
+            await run.stop.wait()
+    except asyncio.CancelledError:
+        what = "while draining to the database" if run.serving else "while starting"
+        code = 128 + (run.signals[-1] if run.signals else signal.SIGINT)
+        raise UserError(f"interrupted {what}; everything it had started is stopped", code=code) from None
+    print(f"gpuwatch up: stopped; {ingestor.counters['records']} records stored, "
+          f"{ingestor.counters['dead_lettered']} dead-lettered", flush=True)
+    return 0
+
+
+async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, stack: contextlib.AsyncExitStack,
+                 run: _Run) -> Any:
+    """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor."""
     from agent.exposition import Exposition
     from agent.framing import Framer
     from collector.consumer import DB_UNAVAILABLE
@@ -169,148 +210,123 @@ async def serve(args: argparse.Namespace, settings: Any, api_settings: Any) -> i
     from gpuwatch.embedded_pg import PgServer
     from gpuwatch.inprocess import InProcessTransport
 
+    stop = run.stop
+    pg: PgServer | None = None
+    data_dir = (args.data_dir or default_data_dir()).expanduser().absolute()
+    if args.db:
+        dsn = args.db
+        where, access = "the PostgreSQL given with --db", ""
+    else:
+        stack.enter_context(DataDirLock(data_dir, "up"))
+        pg = PgServer.open(cluster_root(data_dir), tcp=False, die_with_parent=True, orphans=True)
+        stack.callback(pg.stop)
+        await _ensure_database(pg.dsn("postgres"), "gpuwatch")
+        dsn = pg.dsn("gpuwatch")
+        where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
+    store = await Store.open(dsn)
+    stack.push_async_callback(store.close)
+    if pg is not None:
+        await _revoke_left_over_tokens(store.pool)
+    dead: list[tuple[Inbound, str]] = []
+
+    async def dead_letter(msg: Inbound, reason: str) -> None:
+        dead.append((msg, reason))
+        log.warning("dead-lettered message %d: %s", msg.offset, reason)
+
+    ingestor = Ingestor(store, dead_letter, validate, validate_event)
+    from collector.alerting.service import from_rules_file
+
+    detection = from_rules_file(store.pool, args.alert_rules)
+    stack.push_async_callback(detection.close)
+    ingestor.on_committed = detection.on_committed
+    api = None
+    if api_settings is not None:
+        port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
+        api = await _start_api(store.pool, api_settings, port_given, ingestor)
+        # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
+        stack.push_async_callback(api.stop)
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    main = asyncio.current_task()
-    serving = False
-    signalled: list[int] = []
+    transport = InProcessTransport(loop)
+    agent = build_agent(settings)
+    agent.open()
+    framer = Framer(transport.submit)
+    agent.record_sinks.append(framer.add)
+    agent.event_sinks.append(framer.add_event)
+    tasks: list[asyncio.Task[Any]] = []
+    server: Any = None
 
-    def on_signal(sig: int) -> None:
-        """While serving, the first signal stops gracefully (drain, then exit); any other cancels
-        what is under way (start-up, or a drain that waits for a dead database)."""
-        signalled.append(sig)
-        if serving and not stop.is_set():
-            stop.set()
-        elif main is not None:
-            main.cancel()
+    async def store_batch(batch: list[Inbound]) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await ingestor.handle(batch)
+                return
+            except DB_UNAVAILABLE as exc:
+                log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            pg: PgServer | None = None
-            data_dir = (args.data_dir or default_data_dir()).expanduser().absolute()
-            if args.db:
-                dsn = args.db
-                where, access = "the PostgreSQL given with --db", ""
-            else:
-                stack.enter_context(DataDirLock(data_dir, "up"))
-                pg = PgServer.open(cluster_root(data_dir), tcp=False, die_with_parent=True, orphans=True)
-                stack.callback(pg.stop)
-                await _ensure_database(pg.dsn("postgres"), "gpuwatch")
-                dsn = pg.dsn("gpuwatch")
-                where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
-            store = await Store.open(dsn)
-            stack.push_async_callback(store.close)
-            if pg is not None:
-                await _revoke_left_over_tokens(store.pool)
-            dead: list[tuple[Inbound, str]] = []
+    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
+                            _tb: TracebackType | None) -> bool:
+        """Sampling first, then the frames it made, then (on a clean stop) the queue into the database."""
+        if server is not None:
+            server.stop()
+        agent.stop()
+        framer.stop()
+        stop.set()
+        await asyncio.sleep(0)  # let call_soon_threadsafe deliveries land in the queue
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if kind is None:
+            async for batch in transport.drain():
+                await store_batch(batch)
+        return False
 
-            async def dead_letter(msg: Inbound, reason: str) -> None:
-                dead.append((msg, reason))
-                log.warning("dead-lettered message %d: %s", msg.offset, reason)
+    stack.push_async_exit(stop_pipeline)
+    server = _metrics_server(settings, Exposition(agent))
+    framer.start()
+    agent.start()
+    server.start()
+    kind = "simulated" if settings.simulate else "NVML"
+    session_token = None
+    secret = ""
+    if api is not None and pg is not None:
+        # Our own database, on this machine: like a notebook server, this run gets an admin
+        # token of its own, shown once on the console (never logged) and revoked at exit.
+        from collector.api import tokens
 
-            ingestor = Ingestor(store, dead_letter, validate, validate_event)
-            from collector.alerting.service import from_rules_file
+        secret, session_token = await tokens.create(store.pool, "admin", None, name=SESSION_TOKEN_NAME)
+        stack.push_async_callback(tokens.revoke, store.pool, session_token.id)
+    lines = [f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}",
+             f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics",
+             f"  database: {where} (profile {store.profile}{access})"]
+    if api is None:
+        lines.append("  API:      off")
+    else:
+        if args.db:
+            token_hint = "--db DSN"
+        else:
+            token_hint = "" if data_dir == default_data_dir().absolute() else f"--data-dir {data_dir}"
+        lines.append(f"  API:      {api.url}/api/v1 (collector metrics {api.url}/metrics; "
+                     f"tokens: gpuwatch token create {token_hint + ' ' if token_hint else ''}--role viewer)")
+        lines.append(f"  web page: {api.url}/#token={secret}  (this run's admin token, revoked when it stops)"
+                     if session_token is not None else f"  web page: {api.url}/")
+    print("\n".join(lines), flush=True)
 
-            detection = from_rules_file(store.pool, args.alert_rules)
-            stack.push_async_callback(detection.close)
-            ingestor.on_committed = detection.on_committed
-            api = None
-            if api_settings is not None:
-                port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
-                api = await _start_api(store.pool, api_settings, port_given, ingestor)
-                # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
-                stack.push_async_callback(api.stop)
-            transport = InProcessTransport(loop)
-            agent = build_agent(settings)
-            agent.open()
-            framer = Framer(transport.submit)
-            agent.record_sinks.append(framer.add)
-            agent.event_sinks.append(framer.add_event)
-            tasks: list[asyncio.Task[Any]] = []
-            server: Any = None
+    if args.duration is not None:
+        loop.call_later(args.duration, stop.set)
 
-            async def store_batch(batch: list[Inbound]) -> None:
-                delay = 0.5
-                while True:
-                    try:
-                        await ingestor.handle(batch)
-                        return
-                    except DB_UNAVAILABLE as exc:
-                        log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
-                        await asyncio.sleep(delay)
-                        delay = min(30.0, delay * 2)
+    async def consume() -> None:
+        while not stop.is_set():
+            batch = await transport.batch()
+            if batch:
+                await store_batch(batch)
 
-            async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
-                                    _tb: TracebackType | None) -> bool:
-                """Sampling first, then the frames it made, then (on a clean stop) the queue into the database."""
-                if server is not None:
-                    server.stop()
-                agent.stop()
-                framer.stop()
-                stop.set()
-                await asyncio.sleep(0)  # let call_soon_threadsafe deliveries land in the queue
-                await asyncio.gather(*tasks, return_exceptions=True)
-                if kind is None:
-                    async for batch in transport.drain():
-                        await store_batch(batch)
-                return False
+    from collector.periodic import every
 
-            stack.push_async_exit(stop_pipeline)
-            server = _metrics_server(settings, Exposition(agent))
-            framer.start()
-            agent.start()
-            server.start()
-            kind = "simulated" if settings.simulate else "NVML"
-            session_token = None
-            secret = ""
-            if api is not None and pg is not None:
-                # Our own database, on this machine: like a notebook server, this run gets an admin
-                # token of its own, shown once on the console (never logged) and revoked at exit.
-                from collector.api import tokens
-
-                secret, session_token = await tokens.create(store.pool, "admin", None, name=SESSION_TOKEN_NAME)
-                stack.push_async_callback(tokens.revoke, store.pool, session_token.id)
-            lines = [f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}",
-                     f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics",
-                     f"  database: {where} (profile {store.profile}{access})"]
-            if api is None:
-                lines.append("  API:      off")
-            else:
-                if args.db:
-                    token_hint = "--db DSN"
-                else:
-                    token_hint = "" if data_dir == default_data_dir().absolute() else f"--data-dir {data_dir}"
-                lines.append(f"  API:      {api.url}/api/v1 (collector metrics {api.url}/metrics; "
-                             f"tokens: gpuwatch token create {token_hint + ' ' if token_hint else ''}--role viewer)")
-                lines.append(f"  web page: {api.url}/#token={secret}  (this run's admin token, revoked when it stops)"
-                             if session_token is not None else f"  web page: {api.url}/")
-            print("\n".join(lines), flush=True)
-
-            if args.duration is not None:
-                loop.call_later(args.duration, stop.set)
-
-            async def consume() -> None:
-                while not stop.is_set():
-                    batch = await transport.batch()
-                    if batch:
-                        await store_batch(batch)
-
-            from collector.periodic import every
-
-            tasks += [asyncio.create_task(consume()),
-                      asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
-                      asyncio.create_task(detection.run(stop))]
-            serving = True
-            await stop.wait()
-    except asyncio.CancelledError:
-        what = "while draining to the database" if serving else "while starting"
-        code = 128 + (signalled[-1] if signalled else signal.SIGINT)
-        raise UserError(f"interrupted {what}; everything it had started is stopped", code=code) from None
-    print(f"gpuwatch up: stopped; {ingestor.counters['records']} records stored, "
-          f"{ingestor.counters['dead_lettered']} dead-lettered", flush=True)
-    return 0
+    tasks += [asyncio.create_task(consume()), asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
+              asyncio.create_task(detection.run(stop))]
+    run.serving = True
+    return ingestor
 
 
 def run(args: argparse.Namespace) -> int:
