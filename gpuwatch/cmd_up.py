@@ -51,7 +51,8 @@ def register(subparsers: Any) -> None:
 
     p: argparse.ArgumentParser = subparsers.add_parser(
         "up", help="run everything in one process (simulated GPUs where there is no NVML)",
-        description="Run the node agent, the collector, the REST API and the web page in one process.")
+        description="Run the node agent, the collector, the REST API and the web page in one process. "
+                    "Without --simulate it samples the GPUs through NVML, or, where NVML sees none, simulates 8.")
     add_agent_flags(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--db", metavar="DSN", help="use this PostgreSQL instead of the embedded one")
