@@ -137,7 +137,7 @@ def explain(exc: BaseException, args: argparse.Namespace) -> str | None:
     if isinstance(exc, UserError) or _is(exc, "agent.settings", "SettingsError"):
         return str(exc)
     if _is(exc, "gpuwatch.embedded_pg", "EmbeddedPgError"):
-        return f"the embedded PostgreSQL failed: {exc}"
+        return str(exc)
     database = _explain_database(exc, args)
     if database is not None:
         return database

@@ -240,8 +240,9 @@ class PgServer:
             user=uid, group=gid, extra_groups=groups, pass_fds=self._fds(),
         )
         if proc.returncode != 0:
-            why = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
-            raise EmbeddedPgError(f"initdb of {self.datadir} failed: {why}")
+            lines = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()
+            why = next((line for line in lines if "error:" in line), lines[-1])
+            raise EmbeddedPgError(f"initdb of {self.datadir} failed: {self._real(why)}")
 
     def _command(self) -> list[str]:
         where = self._where()
@@ -297,8 +298,14 @@ class PgServer:
                 text = log.read().decode(errors="replace")
         except OSError:
             text = ""
-        fatal = [line.split("FATAL:", 1)[1].strip() for line in text.splitlines() if "FATAL:" in line]
-        return f"{fatal[0] if fatal else 'it exited'} (log: {self.log_path})"
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        fatal = [line.split("FATAL:", 1)[1].strip() for line in lines if "FATAL:" in line]
+        why = fatal[0] if fatal else lines[-1] if lines else "it exited"
+        return f"{self._real(why)} (log: {self.log_path})"
+
+    def _real(self, text: str) -> str:
+        """A message of the server's with the descriptor path it was given shown as the directory's path."""
+        return text.replace(self._where(), str(self.root)) if self._dirfd is not None else text
 
     def stop(self, mode: str = "fast", timeout: float = 60.0) -> None:
         """Stop the server; ``mode`` is PostgreSQL's (``smart``, ``fast``, ``immediate`` = crash)."""

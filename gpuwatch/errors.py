@@ -16,15 +16,14 @@ from urllib.parse import unquote, urlsplit
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s\[\]]*):(?P<password>[^@\s]*)@", re.I)
 _QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)(?P<password>[^&#\s]+)", re.I)
 _KEYWORD_PASSWORD = re.compile(r"(?P<key>(?:^|(?<=\s))password\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'|\S+)", re.I)
-
-
 _SHORTEST = 4  # a shorter password is not searched for in free text: "***" would mangle the message
 
 
 class UserError(Exception):
     """A failure the user can fix; the message says what was wrong and what to do.
 
-    ``code`` is the exit status: 2 for a wrong flag or setting, 1 for the rest.
+    ``code`` is the exit status: 2 for a wrong flag or setting, 128 + N when signal N
+    interrupted the command, 1 for the rest.
     """
 
     def __init__(self, message: str, code: int = 1) -> None:

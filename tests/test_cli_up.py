@@ -241,3 +241,13 @@ def test_the_way_to_the_binaries_is_opened_for_search_only(tmp_path: Path, caplo
     assert oct(closed.stat().st_mode & 0o777) == oct(0o701)
     assert oct((closed / "venv").stat().st_mode & 0o777) == oct(0o751)
     assert str(closed) in caplog.text and "o+x" in caplog.text
+
+
+def test_a_data_directory_that_is_no_cluster_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "gw" / "postgres" / "data").mkdir(parents=True)
+    (tmp_path / "gw" / "postgres" / "data" / "notes.txt").write_text("mine\n")
+    done = run_up(tmp_path / "gw", "--metrics-port", "0", "--api-port", "-1")
+    data = tmp_path / "gw" / "postgres" / "data"
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"gpuwatch up: initdb of {data} failed: initdb: error: directory \"{data}\" "
+                                   "exists but is not empty")
