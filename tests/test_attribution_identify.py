@@ -157,19 +157,21 @@ def test_dead_and_idle_pids_are_evicted(tmp_path: Path) -> None:
     assert attributor.identify(11).name == "idle-2"
 
 
-def test_hot_path_is_fast(tmp_path: Path) -> None:
-    for pid in range(100, 124):
-        write_proc(tmp_path, pid)
-    attributor = Attributor(NODE, proc_root=tmp_path)
+def test_the_hot_path_reads_nothing(tmp_path: Path) -> None:
+    """Within the revalidation window a known pid costs dict lookups only: with its /proc entries
+    gone, it is answered from the cache (the cost per call is measured in
+    benchmarks/bench_attribution.py, not asserted here)."""
+    clock = Clock()
     pids = list(range(100, 124))
     for pid in pids:
-        attributor.identify(pid)
-    started = time.perf_counter()
-    for _ in range(1000):
-        for pid in pids:
-            attributor.identify(pid)
-    per_call = (time.perf_counter() - started) / 24000
-    assert per_call < 40e-6, f"{per_call * 1e6:.1f} µs per cached identify"
+        write_proc(tmp_path, pid)
+    attributor = Attributor(NODE, proc_root=tmp_path, clock=clock)
+    first = [attributor.identify(pid) for pid in pids]
+    for pid in pids:
+        shutil.rmtree(tmp_path / str(pid))
+    clock.now += 1.0  # inside the default 2 s revalidation window
+    assert [attributor.identify(pid) for pid in pids] == first
+    assert all(a is b for a, b in zip(first, (attributor.identify(pid) for pid in pids), strict=True))
 
 
 # ---- inside Kubernetes ----------------------------------------------------------------

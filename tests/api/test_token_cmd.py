@@ -19,7 +19,7 @@ def _token(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60, env=ENV)
 
 
-def test_token_create_list_revoke(pg_db: str) -> None:
+def test_token_create_list_revoke(pg_db: str, tmp_path: Path) -> None:
     made = _token("create", "--db", pg_db, "--role", "operator", "--namespaces", "research,ml", "--name", "ci")
     assert made.returncode == 0, made.stderr
     secret = made.stdout.strip()
@@ -43,4 +43,7 @@ def test_token_create_list_revoke(pg_db: str) -> None:
     assert _token("revoke", "--db", pg_db, "99").returncode == 1
     bad = _token("create", "--db", pg_db, "--role", "viewer", "--namespaces", "Bad_NS")
     assert bad.returncode == 2 and "namespaces" in bad.stderr
-    assert _token("create", "--role", "viewer").returncode == 2  # no database given
+    nowhere = subprocess.run(  # no database given, and no `up` runs in the default data directory
+        [sys.executable, "-m", "gpuwatch", "token", "create", "--role", "viewer"], capture_output=True, text=True,
+        timeout=60, env={**ENV, "XDG_DATA_HOME": str(tmp_path)})
+    assert nowhere.returncode == 1 and "no gpuwatch up is running" in nowhere.stderr

@@ -1,0 +1,144 @@
+"""What a user reads when a command cannot go on: one or two lines, never a traceback.
+
+Subprocess runs of the real ``gpuwatch`` command: a dead database (port 1 refuses at
+once), an invalid DSN, a role or database that does not exist, a wrong flag, a closed
+pipe. Each must exit non-zero with a line that names what was wrong and what to do, and
+no password given in a DSN may appear in it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from gpuwatch.errors import redact
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV.pop("GPUWATCH_DB", None)
+PASSWORD = "s3cret-Pw"
+DEAD = f"postgresql://nobody:{PASSWORD}@127.0.0.1:1/x"
+
+
+def gpuwatch(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or ENV)
+
+
+def assert_one_clear_line(proc: subprocess.CompletedProcess[str], *expected: str, code: int = 1) -> str:
+    err = proc.stderr.strip()
+    assert proc.returncode == code, (proc.returncode, err)
+    assert "Traceback" not in err and PASSWORD not in err + proc.stdout, err
+    assert len(err.splitlines()) <= 2, err
+    for text in expected:
+        assert text in err, err
+    return err
+
+
+@pytest.mark.parametrize("command", [
+    ["up", "--simulate", "1", "--db", DEAD, "--metrics-port", "0", "--api-port", "-1"],
+    ["collector", "--db", DEAD, "--api-port", "-1"],
+    ["token", "list", "--db", DEAD],
+    ["token", "create", "--role", "viewer", "--db", DEAD],
+], ids=["up", "collector", "token-list", "token-create"])
+def test_a_dead_database_is_one_line_with_the_password_redacted(command: list[str]) -> None:
+    err = assert_one_clear_line(gpuwatch(*command), "cannot connect to PostgreSQL at postgresql://nobody:***@127.0.0.1:1/x",
+                                "connection refused", "--db")
+    assert err.startswith(f"gpuwatch {command[0]}")
+
+
+def test_the_dsn_from_a_file_or_the_environment_is_redacted_too(tmp_path: Path) -> None:
+    dsn_file = tmp_path / "dsn"
+    dsn_file.write_text(DEAD + "\n")
+    assert_one_clear_line(gpuwatch("token", "list", "--db-file", str(dsn_file)), "nobody:***@127.0.0.1:1")
+    assert_one_clear_line(gpuwatch("token", "list", env={**ENV, "GPUWATCH_DB": DEAD}), "nobody:***@127.0.0.1:1")
+
+
+@pytest.mark.parametrize("dsn", ["notadsn", f"postgresql://u:{PASSWORD}@[::1/db"])
+def test_an_invalid_dsn_says_what_a_dsn_looks_like(dsn: str) -> None:
+    assert_one_clear_line(gpuwatch("token", "list", "--db", dsn), "invalid DSN", "postgresql://USER")
+
+
+def test_a_role_or_database_that_does_not_exist(pg_dsn: str) -> None:
+    bad_role = pg_dsn.replace("postgres@", f"nobody:{PASSWORD}@", 1)
+    assert_one_clear_line(gpuwatch("token", "list", "--db", bad_role), 'role "nobody" does not exist',
+                          "check the user name and password")
+    no_db = pg_dsn.rsplit("/", 1)[0] + "/no_such_db"
+    assert_one_clear_line(gpuwatch("collector", "--db", no_db, "--api-port", "-1"),
+                          'database "no_such_db" does not exist')
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    assert_one_clear_line(gpuwatch("token", "list", "--db-file", str(tmp_path / "nope")), str(tmp_path / "nope"),
+                          "No such file")
+
+
+def test_up_answers_a_wrong_flag_with_its_own_usage() -> None:
+    proc = gpuwatch("up", "--bogus")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: gpuwatch up ") and "unrecognized arguments: --bogus" in proc.stderr
+    proc = gpuwatch("token", "create", "--role", "viewer", "--bogus")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: gpuwatch token create ")
+
+
+def test_up_has_the_flags_its_setting_errors_name() -> None:
+    err = assert_one_clear_line(gpuwatch("up", "--simulate", "1", "--cpu-budget", "5", "--interval-floor", "0.01"),
+                                "flag --cpu-budget", "flag --interval-floor", code=2)
+    assert "invalid setting" in err
+    help_text = gpuwatch("up", "--help").stdout
+    for flag in ("--cpu-budget", "--interval-floor", "--interval-ceiling", "--busy-interval", "--price-per-gpu-hour"):
+        assert flag in help_text
+    assert "also as root" in help_text
+    for flags, text in ((["--price-per-gpu-hour", "-1"], "a price is a number >= 0, not -1"),
+                        (["--api-port", "70000"], "70000 is not a port: give 1-65535, 0 (any free port) or -1 (off)")):
+        proc = gpuwatch("up", *flags)  # argparse's own errors: up's usage, then the line
+        assert proc.returncode == 2 and proc.stderr.startswith("usage: gpuwatch up ")
+        assert proc.stderr.strip().splitlines()[-1] == f"gpuwatch up: error: argument {flags[0]}: {text}"
+
+
+def test_a_closed_pipe_ends_the_command_quietly() -> None:
+    """``gpuwatch catalog | head``: the reader is gone before the command writes."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "catalog"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=ENV)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 141, err
+    assert err == ""
+
+
+_PASSWORDS = st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters="@/*'\\"),
+                     min_size=1, max_size=40)
+
+
+@given(_PASSWORDS)
+def test_redact_hides_any_password_of_a_dsn(password: str) -> None:
+    quoted = quote(password, safe="")
+    for dsn, secret in ((f"postgresql://user:{quoted}@db.example:5432/gpuwatch", quoted),
+                        (f"postgresql://user@db.example/gpuwatch?password={quoted}&sslmode=require", quoted),
+                        (f"host=db.example user=user password={password} dbname=gpuwatch", password)):
+        text = f"cannot connect to {dsn}: refused"
+        assume(text.count(secret) == 1)  # the secret occurs only as the password
+        message = redact(text, dsn)
+        assert secret not in message, (dsn, message)
+        assert "***" in message and "db.example" in message, message
+
+
+def test_the_collector_names_its_busy_api_port(kafka_broker: Any, pg_db: str) -> None:
+    broker = kafka_broker()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = gpuwatch("collector", "--db", pg_db, "--kafka-bootstrap", broker.bootstrap, "--api-port", str(port),
+                        "--log-level", "WARNING")
+    assert_one_clear_line(proc, f"cannot listen (--api-port {port}): Address already in use")
