@@ -1198,7 +1198,8 @@ def _produce_main(args: argparse.Namespace) -> int:
     # is the agent's start time: spread over one tick); one Sender for all of them
     spool = Path(args.spool)
     sender = Sender(KafkaSettings(bootstrap_servers=args.bootstrap), spool)
-    framers = {n: TracingFramer(sender.submit, window=args.window, max_delay_s=args.max_delay) for n in nodes}
+    framers = {n: TracingFramer(sender.submit, node=f"bench-node-{n}", instance=f"bench{n:012x}",
+                                window=args.window, max_delay_s=args.max_delay) for n in nodes}
     sender.start()
     tick = max(0.05, args.max_delay / 4)
     for framer in framers.values():

@@ -155,7 +155,7 @@ async def serve(args: argparse.Namespace) -> int:
     transport = InProcessTransport(loop)
     agent = build_agent(settings)
     agent.open()
-    framer = Framer(transport.submit)
+    framer = Framer(transport.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
     agent.record_sinks.append(framer.add)
     agent.event_sinks.append(framer.add_event)
     server = MetricsServer(settings.metrics_host, settings.metrics_port, Exposition(agent))
