@@ -49,6 +49,8 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")
     kafka_topic: str = Field("gpu.telemetry", min_length=1, description="telemetry topic")
     kafka_compression: Literal["zstd", "lz4", "gzip", "none"] = Field("zstd", description="batch compression")
+    kafka_reconnect_max_s: float = Field(
+        30.0, ge=0.5, le=600, description="longest wait between reconnect attempts (the wait doubles from 0.5 s)")
     spool_dir: Path = Field(Path("/var/lib/gpuwatch/spool"), description="on-disk spool while Kafka is down")
     spool_max_mb: int = Field(512, ge=1, le=1 << 20, description="spool bound; the oldest frames go first")
     spool_segment_mb: float = Field(
@@ -83,7 +85,8 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
         return KafkaSettings(
             bootstrap_servers=self.kafka_bootstrap, topic=self.kafka_topic,
             client_id=f"gpuwatch-agent-{self.node_name}",
-            compression=self.kafka_compression, security_protocol=self.kafka_security_protocol,
+            compression=self.kafka_compression, reconnect_backoff_max_ms=int(self.kafka_reconnect_max_s * 1000),
+            security_protocol=self.kafka_security_protocol,
             ssl_cafile=self.kafka_ssl_cafile, ssl_certfile=self.kafka_ssl_certfile, ssl_keyfile=self.kafka_ssl_keyfile,
             sasl_mechanism=self.kafka_sasl_mechanism, sasl_username=self.kafka_sasl_username,
             sasl_password=self.kafka_sasl_password, sasl_password_file=self.kafka_sasl_password_file,

@@ -533,15 +533,12 @@ class Spool:
                     pending.append(entry)
                     pending_bytes += len(entry)
                 self._write_pending(pending, pending_bytes)
-            except OSError as exc:
+            except OSError as exc:  # the caller logs it: it knows what waits instead
                 self._write_errors_total += 1
                 # messages of this call the bound dropped meanwhile count as written (and dropped)
                 written = self._head_seq + self._len - tail_before
-                self._errors.error("write", "spool %s: write failed (%s); %d of %d messages written",
-                                   self.directory, exc, written, len(encoded))
                 raise SpoolWriteError(first, written, exc) from exc
             self._maybe_fsync(force=self.fsync_policy == "batch")
-            self._errors.resolved("write", "spool %s: writes succeed again", self.directory)
             return first
 
     def _write_pending(self, pending: list[builtins.bytes], pending_bytes: int) -> None:

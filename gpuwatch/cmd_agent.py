@@ -34,6 +34,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--metrics-host", help="address of /metrics (default 0.0.0.0)")
     p.add_argument("--kafka-bootstrap", help="send frames to this Kafka (default: don't send, /metrics only)")
     p.add_argument("--kafka-topic", help="telemetry topic (default gpu.telemetry)")
+    p.add_argument("--kafka-reconnect-max-s", type=float, metavar="S",
+                   help="longest wait between reconnects to Kafka (default 30)")
     p.add_argument("--spool-dir", help="on-disk spool while Kafka is down (default /var/lib/gpuwatch/spool)")
     p.add_argument("--spool-max-mb", type=int, help="spool bound in MiB (default 512)")
     p.add_argument("--spool-segment-mb", type=float, help="spool segment size in MiB (default 8; the bound holds "
@@ -140,8 +142,11 @@ def run(args: argparse.Namespace) -> int:
     wait_for_signal()
     server.stop()
     agent.stop()  # sampling first, then the frames it made, then the sender (which spools what it cannot send)
+    summary = f"gpuwatch agent: stopped; {agent.samples_total} samples"
     if pipeline is not None:
         pipeline.stop()
+        summary += "; " + pipeline.summary()
+    print(summary, flush=True)
     return 0
 
 
@@ -159,6 +164,14 @@ class Sending:
         self.control.stop()
         self.framer.stop()
         self.sender.stop(10.0)
+
+    def summary(self) -> str:
+        """What was framed, sent and lost (one line, for the shutdown message)."""
+        f, st = self.framer.stats(), self.sender.stats()
+        return (f"{f.records_total} in {f.frames_total} frames; Kafka: {st['sent_total']} messages sent "
+                f"({st['replayed_total']} from the spool), {st['spool_messages']} left in the spool; lost: "
+                f"{st['dropped_total']} dropped by the spool bound, {st['memory_dropped_total']} from memory, "
+                f"{st['corrupt_messages_total']} to spool damage, {st['rejected_total']} rejected by Kafka")
 
 
 def start_sending(agent: Any, settings: Any) -> Sending | None:
