@@ -71,6 +71,7 @@ def with_broker(work: Path, run: Callable[[KafkaBroker, Path], dict[str, Any]]) 
 
 
 def run_case(args: argparse.Namespace, code: Path, work: Path) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
     if args.case == "outage":
         return with_broker(work, lambda b, w: cpu_budget_during_outage(
             b, w, gpus=args.gpus, outage_s=args.seconds, ceiling_s=args.ceiling, code=code))

@@ -279,7 +279,8 @@ def cpu_budget_during_outage(broker: KafkaBroker, workdir: Path, *, gpus: int = 
         "transport_cpu_pct": pct('gpuwatch_agent_cpu_seconds_total{account="transport"}'),
         "process_cpu_pct": pct("process_cpu_seconds_total"),
         "sampling_budget_pct": 100 * end["gpuwatch_agent_cpu_budget_ratio"],
-        "transport_budget_pct": 100 * end.get("gpuwatch_agent_transport_cpu_budget_ratio", float("nan")),
+        "transport_budget_pct": (100 * end["gpuwatch_agent_transport_cpu_budget_ratio"]
+                                 if "gpuwatch_agent_transport_cpu_budget_ratio" in end else None),
         "recovery_s": round(recovery_s, 1),
     }
 
