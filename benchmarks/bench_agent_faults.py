@@ -25,9 +25,6 @@ are this checkout over the baseline.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -40,6 +37,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.report import finish
 from tests.agent_faults import ROOT, TOPIC, busy_api_in_up, cpu_budget_during_outage, torn_spool_after_full_disk
 from tests.fixtures_kafka import KafkaBroker, MotoS3, create_topic, find_tansu, free_port, start_moto
 
@@ -128,16 +126,7 @@ def main() -> None:
             result["ratio_this_over_baseline"] = ratios
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    result["machine"] = (f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
-                         f"Python {platform.python_version()}")
-    result["date"] = time.strftime("%Y-%m-%d")
-    result["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                      capture_output=True, text=True, check=False).stdout.strip()
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-
+    finish(result, args.json)
 
 if __name__ == "__main__":
     main()

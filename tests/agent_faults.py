@@ -183,6 +183,20 @@ def _figures(summary: dict[str, int] | None, bootstrap: str, last: dict[str, flo
     }
 
 
+def _broker_back(agent: AgentProcess, broker: KafkaBroker) -> tuple[float, dict[str, float], float, Any]:
+    """Start the broker, wait for the spool's replay, take a last scrape, stop the agent:
+    (recovery seconds, the last scrape, its time, the shutdown summary)."""
+    t_back = time.monotonic()
+    broker.start()
+    agent.wait_for(lambda m: m.get("gpuwatch_agent_spool_messages", 1) == 0
+                   and m.get("gpuwatch_agent_kafka_replayed_total", 0) > 0, 120, "the replay")
+    recovery_s = time.monotonic() - t_back
+    time.sleep(1.0)  # a sample or two after the replay, so the last scrape sees the live stream again
+    final_at = time.time()
+    final = agent.metrics()
+    return recovery_s, final, final_at, agent.stop()
+
+
 def torn_spool_after_full_disk(broker: KafkaBroker, workdir: Path, *, gpus: int = 8, full_s: float = 4.0,
                                disk_kib: int = 1024, spool_mb: int = 1, segment_mb: float | None = 0.0625,
                                code: Path = ROOT) -> dict[str, Any]:
@@ -212,15 +226,7 @@ def torn_spool_after_full_disk(broker: KafkaBroker, workdir: Path, *, gpus: int 
             filler.unlink()
             agent.wait_for(lambda m: m.get("gpuwatch_agent_memory_messages", 0) == 0, 60,
                            "memory to move to the spool once space is back")
-            t_back = time.monotonic()
-            broker.start()
-            agent.wait_for(lambda m: m.get("gpuwatch_agent_spool_messages", 1) == 0
-                           and m.get("gpuwatch_agent_kafka_replayed_total", 0) > 0, 120, "the replay")
-            recovery_s = time.monotonic() - t_back
-            time.sleep(1.0)
-            final_at = time.time()
-            final = agent.metrics()
-            summary = agent.stop()
+            recovery_s, final, final_at, summary = _broker_back(agent, broker)
         finally:
             agent.kill()
     return {
@@ -255,15 +261,7 @@ def cpu_budget_during_outage(broker: KafkaBroker, workdir: Path, *, gpus: int = 
             time.sleep(0.5)
         end = agent.metrics()
         wall = time.monotonic() - t0
-        t_back = time.monotonic()
-        broker.start()
-        agent.wait_for(lambda m: m.get("gpuwatch_agent_spool_messages", 1) == 0
-                       and m.get("gpuwatch_agent_kafka_replayed_total", 0) > 0, 120, "the replay")
-        recovery_s = time.monotonic() - t_back
-        time.sleep(1.0)
-        final_at = time.time()
-        final = agent.metrics()
-        summary = agent.stop()
+        recovery_s, final, final_at, summary = _broker_back(agent, broker)
     finally:
         agent.kill()
 

@@ -161,6 +161,19 @@ class Sampler:
         self.thread.join(5)
 
 
+def _streaming_then_paused(sender: Sender, rate_hz: float, delivered: int) -> Sampler:
+    """A sampler that ran until ``delivered`` messages were acknowledged, now paused with nothing in flight."""
+    sampler = Sampler(sender, rate_hz=rate_hz).start()
+    try:
+        wait_for(lambda: sender.stats()["sent_total"] >= delivered, 15, "delivery before the outage")
+        sampler.pause()
+        assert sender.flush(10)
+    except BaseException:
+        sampler.stop()
+        raise
+    return sampler
+
+
 @pytest.fixture
 def senders() -> Iterator[list[Sender]]:
     """Senders a test starts; stopped at teardown (quickly) if the test did not."""
@@ -319,13 +332,10 @@ def test_outage_spools_and_replays_in_order_exactly_once(
     sender = Sender(settings(broker.bootstrap), spool, spool_after_ms=500, on_keyframe_needed=keyframes.append)
     senders.append(sender)
     sender.start()
-    sampler = Sampler(sender).start()
+    # No request in flight at the moment the broker goes: a lost acknowledgement would make
+    # a resend (at-least-once); that case is the kill test below.
+    sampler = _streaming_then_paused(sender, 400.0, 300)
     try:
-        wait_for(lambda: sender.stats()["sent_total"] >= 300, 15, "delivery before the outage")
-        # No request in flight at the moment the broker goes: a lost acknowledgement would make
-        # a resend (at-least-once); that case is the kill test below.
-        sampler.pause()
-        assert sender.flush(10)
         broker.stop()
         sampler.resume()
         wait_for(lambda: not sender.connected, 10, "the sender to notice the outage")
@@ -514,11 +524,8 @@ def test_a_full_disk_during_an_outage_loses_nothing_and_logs_once(
     sender = Sender(settings(broker.bootstrap), tmp_path / "spool", spool_after_ms=300)
     senders.append(sender)
     sender.start()
-    sampler = Sampler(sender, rate_hz=200).start()
+    sampler = _streaming_then_paused(sender, 200.0, 100)
     try:
-        wait_for(lambda: sender.stats()["sent_total"] >= 100, 15, "delivery before the outage")
-        sampler.pause()
-        assert sender.flush(10)
         disk_full.set()
         broker.stop()
         with caplog.at_level(logging.WARNING, logger="agent"):

@@ -22,8 +22,6 @@ budget governs), its HTTP requests, and the whole process.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import sys
 import threading
@@ -41,6 +39,7 @@ from agent.cpuclock import HTTP, SAMPLING
 from agent.exposition import Exposition
 from agent.runtime import Agent, ScheduleConfig
 from agent.server import MetricsServer
+from benchmarks.report import finish
 from telemetry.records import GpuRecord
 
 
@@ -139,13 +138,8 @@ def main() -> None:
         "runs": runs,
         "samples_busy_over_quiet": round(busy["samples_per_gpu"] / quiet["samples_per_gpu"], 3),
         "samples_busy_over_process_budget": round(busy["samples_per_gpu"] / max(0.1, before["samples_per_gpu"]), 2),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d"),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    finish(result, args.json)
 
 
 if __name__ == "__main__":
