@@ -713,9 +713,12 @@ class Spool:
         data = f.read(max(0, segment.size - start))
         scan = _scan(data)
         expected = segment.count - self._cursor_idx
-        kept = scan.entries[:expected]
+        entries = scan.entries
+        if entries and entries[0][0] == 0:  # the scan accepts what the reader refused: give it up, keep moving
+            entries = entries[1:]
+        kept = entries[:expected]
         lost = expected - len(kept)
-        damaged = scan.damaged_bytes + sum(length for _, length in scan.entries[expected:])
+        damaged = len(data) - sum(length for _, length in kept)
         self._count_damage(max(1, scan.regions), damaged, lost)
         self._errors.error("damage", "spool: %s; stepped over %d damaged bytes, %d message(s) lost, %d kept in %s",
                            why, damaged, lost, len(kept), segment.path.name)
