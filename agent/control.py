@@ -131,7 +131,7 @@ class ControlListener:
                         for r in records:
                             self.handle(r.value, f"{tp.topic}[{tp.partition}]@{r.offset}")
             except (KafkaError, OSError, ValueError, TypeError) as exc:  # ValueError/TypeError: bad client config
-                self._errors.warning("connect", "control topic %s unreadable (%s); retrying in %.0f s",
+                self._errors.warning("connect", "control topic %s unreadable (%s); retrying in %.1f s",
                                      self.topic, str(exc) or type(exc).__name__, backoff)
             finally:
                 self.connected = False
