@@ -1090,7 +1090,7 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     """
     import multiprocessing as mp
 
-    from agent.framing import FRAME_HEADERS
+    from agent.framing import stream_headers
     from agent.sender import KafkaSettings, Sender
     from agent.spool import Message
 
@@ -1127,13 +1127,14 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     lateness: list[float] = []
     late_start = time.time() - t0
     frames = records = nbytes = 0
+    headers = stream_headers("frame", "bench-node", "bench00000000000")
     for emit_at, gpu, first_ts, last_ts, n, frame in schedule:
         delay = emit_at - time.time()
         if delay > 0.0005:
             time.sleep(delay)
         now = time.time()
         lateness.append(now - emit_at)
-        sender.submit(Message(gpu.encode(), frame, FRAME_HEADERS))
+        sender.submit(Message(gpu.encode(), frame, headers))
         frames += 1
         records += n
         nbytes += len(frame)
