@@ -551,23 +551,23 @@ def test_damage_anywhere_after_open_loses_only_the_entries_it_touches(n: int, at
     the reader steps over them, every entry they did not touch comes back in order, and the
     messages lost are counted."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="spool-flip-", dir=base) as tmp:
-        with Spool(tmp, max_bytes=64 * SEG, segment_bytes=16 * SEG, fsync="none") as spool:
-            spool.append(msg(i, 50) for i in range(n))
-            got = [index(m) for m in spool.peek(min(read_first, n - 1))]  # some stay unread
-            spool.commit(len(got))
-            seg = segments(Path(tmp))[0]
-            offsets = _entry_offsets(seg)
-            size = seg.stat().st_size
-            at %= size
-            width = min(width, size - at)
-            raw = bytearray(seg.read_bytes())
-            for k in range(at, at + width):
-                raw[k] ^= 0xFF
-            seg.write_bytes(bytes(raw))
-            ends = [*offsets[1:], size]
-            touched = {i for i in range(len(got), n) if offsets[i] < at + width and at < ends[i]}
-            got += drain(spool)
-            assert got == [i for i in range(n) if i not in touched]
-            assert spool.stats().corrupt_messages_total == len(touched)
-            assert (spool.corrupt_total > 0) == bool(touched)
+    with (tempfile.TemporaryDirectory(prefix="spool-flip-", dir=base) as tmp,
+          Spool(tmp, max_bytes=64 * SEG, segment_bytes=16 * SEG, fsync="none") as spool):
+        spool.append(msg(i, 50) for i in range(n))
+        got = [index(m) for m in spool.peek(min(read_first, n - 1))]  # some stay unread
+        spool.commit(len(got))
+        seg = segments(Path(tmp))[0]
+        offsets = _entry_offsets(seg)
+        size = seg.stat().st_size
+        at %= size
+        width = min(width, size - at)
+        raw = bytearray(seg.read_bytes())
+        for k in range(at, at + width):
+            raw[k] ^= 0xFF
+        seg.write_bytes(bytes(raw))
+        ends = [*offsets[1:], size]
+        touched = {i for i in range(len(got), n) if offsets[i] < at + width and at < ends[i]}
+        got += drain(spool)
+        assert got == [i for i in range(n) if i not in touched]
+        assert spool.stats().corrupt_messages_total == len(touched)
+        assert (spool.corrupt_total > 0) == bool(touched)
