@@ -19,7 +19,10 @@ open and parse ``/proc/self/task/<tid>/stat``. The agent reads once per sampling
 A thread's clock id encodes its kernel thread id, which a later thread may reuse, so a
 thread leaves the ledger before it ends (:meth:`ThreadCpu.spawn` does that); its last
 reading stays in the account, which therefore never goes backwards. A clock that fails
-to read (the thread ended without leaving) is retired the same way.
+to read (the thread ended without leaving) is retired the same way. Where the platform
+has no ``pthread_getcpuclockid`` (macOS), a thread's time is read with ``time.thread_time``
+when that thread itself reads the ledger (the sampling thread does, at every step), and
+is otherwise its last such reading.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ ACCOUNTS = (SAMPLING, TRANSPORT, HTTP)
 @dataclass(slots=True)
 class _Clock:
     account: str
-    clock_id: int
+    clock_id: int | None  # None: no per-thread clock id on this platform
     base: float  # the thread's CPU time when it joined the ledger
     last: float  # at the last reading
 
@@ -60,8 +63,8 @@ class ThreadCpu:
     def register(self, account: str) -> None:
         """Count the calling thread's CPU time in ``account`` from now on."""
         ident = threading.get_ident()
-        clock_id = time.pthread_getcpuclockid(ident)
-        now = time.clock_gettime(clock_id)
+        clock_id = time.pthread_getcpuclockid(ident) if hasattr(time, "pthread_getcpuclockid") else None
+        now = time.thread_time() if clock_id is None else time.clock_gettime(clock_id)
         clock = _Clock(account, clock_id, now, now)
         with self._lock:
             self._retire(ident)
@@ -120,6 +123,10 @@ class ThreadCpu:
 
     # ---- under the lock ----
     def _read(self, ident: int, clock: _Clock) -> float:
+        if clock.clock_id is None:
+            if ident == threading.get_ident():
+                clock.last = time.thread_time()
+            return clock.used
         try:
             clock.last = time.clock_gettime(clock.clock_id)
         except OSError:  # the thread ended without unregistering: keep what it had used
@@ -132,6 +139,10 @@ class ThreadCpu:
         clock = self._clocks.pop(ident, None)
         if clock is None:
             return
-        with contextlib.suppress(OSError):  # already gone: its last reading stands
-            clock.last = time.clock_gettime(clock.clock_id)
+        if clock.clock_id is None:
+            if ident == threading.get_ident():
+                clock.last = time.thread_time()
+        else:
+            with contextlib.suppress(OSError):  # already gone: its last reading stands
+                clock.last = time.clock_gettime(clock.clock_id)
         self._extra[clock.account] += clock.used

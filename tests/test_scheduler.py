@@ -313,3 +313,19 @@ def test_the_pacer_lets_a_burst_through_then_paces_to_its_budget() -> None:
         done += 0.01
         wall[0] += 0.001
     assert done / (wall[0] - 5.0) == pytest.approx(0.01, rel=0.05)
+
+
+def test_thread_cpu_without_per_thread_clock_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS has no pthread_getcpuclockid: a thread's own readings are used, nothing crashes."""
+    monkeypatch.delattr(time, "pthread_getcpuclockid")
+    cpu = ThreadCpu()
+    cpu.register(SAMPLING)
+    try:
+        _burn(0.02)
+        assert cpu.seconds(SAMPLING) >= 0.02
+    finally:
+        cpu.unregister()
+    th = cpu.spawn(TRANSPORT, lambda: _burn(0.01), "burner")
+    th.start()
+    th.join(10)
+    assert cpu.seconds(TRANSPORT) >= 0.01 and cpu.threads() == 0
