@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from agent.devices import GpuTarget
 from agent.runtime import Agent
 from agent.sampler import Identity
+from agent.stats import families
 from telemetry.catalog import CATALOG
 from telemetry.records import GpuRecord
 
@@ -180,11 +181,31 @@ class _AgentCollector(Collector):
         yield GaugeMetricFamily(
             "gpuwatch_agent_cpu_budget_ratio", "CPU budget as a fraction of one core.", value=a.budget.fraction)
         yield GaugeMetricFamily(
-            "gpuwatch_agent_cpu_usage_ratio", "Agent CPU use as a fraction of one core (recent window).",
+            "gpuwatch_agent_cpu_usage_ratio",
+            "CPU use of the agent's sampling threads as a fraction of one core (recent window).",
             value=a.budget.usage())
         yield GaugeMetricFamily(
-            "gpuwatch_agent_interval_stretch", "Factor the CPU budget applies to every interval.",
+            "gpuwatch_agent_interval_stretch",
+            "Factor the CPU budget applies to every interval (never past the ceiling interval).",
             value=a.budget.stretch)
+        yield CounterMetricFamily(
+            "gpuwatch_agent_budget_stretched_samples",
+            "Samples whose next interval the CPU budget lengthened.", value=a.budget_stretched_total)
+        yield CounterMetricFamily(
+            "gpuwatch_agent_budget_capped_samples",
+            "Samples whose next interval the budget would have lengthened past the ceiling (kept at the ceiling).",
+            value=a.budget_capped_total)
+        yield GaugeMetricFamily(
+            "gpuwatch_agent_interval_ceiling_seconds", "Longest interval between two samples of a GPU.",
+            value=a.config.ceiling)
+        cpu = CounterMetricFamily(
+            "gpuwatch_agent_cpu_seconds",
+            "CPU time of the agent's own threads by account: sampling (sampling and XID threads, what "
+            "the CPU budget governs), transport (framing, Kafka, spool), http (/metrics requests).",
+            labels=["account"])
+        for account, seconds in sorted(a.cpu.accounts().items()):
+            cpu.add_metric([account], max(0.0, seconds))
+        yield cpu
         errors = CounterMetricFamily("gpuwatch_agent_errors", "Errors by kind.", labels=["kind"])
         counts = {"gpu_lost": 0}  # always present, so increase() sees the first one
         counts.update(a.errors)
@@ -195,30 +216,13 @@ class _AgentCollector(Collector):
             errors.add_metric([kind], n)
         yield errors
         if a.transport_stats is not None:
-            yield from _transport_families(a.transport_stats())
+            yield from families(a.transport_stats())
         info = GaugeMetricFamily(
-            "gpuwatch_agent_info", "Agent build and driver.", labels=["driver", "driver_version", "Hostname"])
-        info.add_metric([a.driver.kind, a.driver_version, a.node], 1.0)
+            "gpuwatch_agent_info",
+            "Agent build and driver; agent_instance is the random id of this agent process, also the "
+            "'instance' header of its Kafka messages (named so as not to clash with Prometheus' instance).",
+            labels=["driver", "driver_version", "Hostname", "agent_instance"])
+        info.add_metric([a.driver.kind, a.driver_version, a.node, a.instance], 1.0)
         yield info
 
 
-_TRANSPORT = {
-    "sent_total": ("gpuwatch_agent_kafka_sent", "counter", "Messages acknowledged by Kafka."),
-    "spooled_total": ("gpuwatch_agent_kafka_spooled", "counter", "Messages written to the on-disk spool."),
-    "replayed_total": ("gpuwatch_agent_kafka_replayed", "counter", "Spooled messages sent after an outage."),
-    "dropped_total": ("gpuwatch_agent_spool_dropped", "counter", "Oldest messages dropped from a full spool."),
-    "send_errors_total": ("gpuwatch_agent_kafka_send_errors", "counter", "Failed sends to Kafka."),
-    "spool_bytes": ("gpuwatch_agent_spool_bytes", "gauge", "Bytes waiting in the spool."),
-    "spool_messages": ("gpuwatch_agent_spool_messages", "gauge", "Messages waiting in the spool."),
-    "connected": ("gpuwatch_agent_kafka_connected", "gauge", "1 while the producer is connected."),
-    "frames_total": ("gpuwatch_agent_frames", "counter", "Telemetry frames encoded."),
-    "frame_bytes_total": ("gpuwatch_agent_frame_bytes", "counter", "Bytes of telemetry frames encoded."),
-}
-
-
-def _transport_families(stats: Mapping[str, float | int | bool]) -> Iterator[Metric]:
-    """The sender's and framer's counters, under Prometheus names."""
-    for key, (name, kind, help_text) in _TRANSPORT.items():
-        if key in stats:
-            family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            yield family(name, help_text, value=float(stats[key]))

@@ -8,7 +8,15 @@ gets compact multi-record frames and an idle one still reaches the collector wit
 deltas against the GPU's previous frame and a keyframe every ``keyframe_every`` frames;
 the collector resumes from the last keyframe after a restart.
 
-Messages are keyed by GPU UUID, so Kafka keeps each GPU's frames in order.
+Messages are keyed by GPU UUID, so Kafka keeps each GPU's frames in order. Every frame and
+event carries the Kafka headers ``node`` and ``instance`` (UTF-8): ``instance`` is a random
+id the agent draws when its process starts, so the collector can tell two agents that
+report the same GPU UUID apart (a re-imaged node, a misconfigured simulator) and knows a
+restarted agent's stream starts afresh.
+
+:meth:`Framer.request_keyframe` makes a GPU's next frame (or every GPU's) a keyframe: the
+sender asks after a reconnect, a replay or dropped frames, and the collector asks over
+the control topic when it lost a stream's base (:mod:`agent.control`).
 """
 
 from __future__ import annotations
@@ -18,14 +26,28 @@ import threading
 import time
 from collections.abc import Callable
 
+from agent.cpuclock import TRANSPORT, ThreadCpu
 from agent.spool import Message
+from agent.stats import counter, snapshot
 from telemetry.codec import FrameEncoder
 from telemetry.records import EventRecord, GpuRecord
 
-FRAME_HEADERS = (("type", b"frame"),)
-EVENT_HEADERS = (("type", b"event"),)
-
 Submit = Callable[[Message], None]
+
+
+def stream_headers(kind: str, node: str, instance: str) -> tuple[tuple[str, bytes], ...]:
+    """The Kafka headers of an agent message: its type, and the stream's node and agent instance."""
+    return (("type", kind.encode()), ("node", node.encode()), ("instance", instance.encode()))
+
+
+@snapshot
+class FramerStats:
+    frames_total: int = counter("gpuwatch_agent_frames", "Telemetry frames encoded.")
+    records_total: int = counter("gpuwatch_agent_frame_records", "GPU samples encoded into frames.")
+    frame_bytes_total: int = counter("gpuwatch_agent_frame_bytes", "Bytes of telemetry frames encoded.")
+    events_total: int = counter("gpuwatch_agent_event_messages", "Event messages sent (XID, throttling...).")
+    keyframe_requests_total: int = counter(
+        "gpuwatch_agent_keyframe_requests", "Requests that made a GPU's next frame a keyframe (sender, collector).")
 
 
 class Framer:
@@ -33,18 +55,26 @@ class Framer:
         self,
         submit: Submit,
         *,
+        node: str,
+        instance: str,
         window: int = 10,
         max_delay_s: float = 1.0,
         keyframe_every: int = 60,
         zstd_level: int | None = None,
         clock: Callable[[], float] = time.time,
+        cpu: ThreadCpu | None = None,
     ) -> None:
         self.submit = submit
+        self.node = node
+        self.instance = instance
         self.window = window
         self.max_delay_s = max_delay_s
         self.keyframe_every = keyframe_every
         self.zstd_level = zstd_level
         self.clock = clock
+        self.cpu = cpu or ThreadCpu()
+        self.frame_headers = stream_headers("frame", node, instance)
+        self.event_headers = stream_headers("event", node, instance)
         self._lock = threading.Lock()
         self._pending: dict[str, list[GpuRecord]] = {}
         self._encoders: dict[str, FrameEncoder] = {}
@@ -53,6 +83,8 @@ class Framer:
         self.frames_total = 0
         self.records_total = 0
         self.frame_bytes_total = 0
+        self.events_total = 0
+        self.keyframe_requests_total = 0
 
     # ---- sinks (called from the sampling and XID threads) ----
     def add(self, record: GpuRecord) -> None:
@@ -63,7 +95,8 @@ class Framer:
                 self._emit(record.gpu)
 
     def add_event(self, event: EventRecord) -> None:
-        self.submit(Message(event.gpu.encode(), json.dumps(event.to_dict()).encode(), EVENT_HEADERS))
+        self.events_total += 1
+        self.submit(Message(event.gpu.encode(), json.dumps(event.to_dict()).encode(), self.event_headers))
 
     # ---- flushing ----
     def flush_due(self, now: float | None = None) -> int:
@@ -83,11 +116,23 @@ class Framer:
                 if pending:
                     self._emit(gpu)
 
-    def resync(self) -> None:
-        """Make every GPU's next frame a keyframe (after the spool dropped frames, say)."""
+    def request_keyframe(self, gpu: str | None) -> None:
+        """Make ``gpu``'s next frame a keyframe, or every GPU's when ``gpu`` is None. Any thread.
+
+        A GPU without an encoder yet starts with a keyframe anyway; an unknown GPU is ignored.
+        """
         with self._lock:
-            for encoder in self._encoders.values():
-                encoder.force_keyframe()
+            self.keyframe_requests_total += 1
+            if gpu is None:
+                for encoder in self._encoders.values():
+                    encoder.force_keyframe()
+            elif (one := self._encoders.get(gpu)) is not None:
+                one.force_keyframe()
+
+    def stats(self) -> FramerStats:
+        return FramerStats(frames_total=self.frames_total, records_total=self.records_total,
+                           frame_bytes_total=self.frame_bytes_total, events_total=self.events_total,
+                           keyframe_requests_total=self.keyframe_requests_total)
 
     def _emit(self, gpu: str) -> None:
         records = self._pending[gpu]
@@ -100,11 +145,11 @@ class Framer:
         self.frames_total += 1
         self.records_total += len(records)
         self.frame_bytes_total += len(frame)
-        self.submit(Message(gpu.encode(), frame, FRAME_HEADERS))
+        self.submit(Message(gpu.encode(), frame, self.frame_headers))
 
     # ---- a timer thread for max_delay ----
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpuwatch-framer", daemon=True)
+        self._thread = self.cpu.spawn(TRANSPORT, self._run, "gpuwatch-framer")
         self._thread.start()
 
     def _run(self) -> None:

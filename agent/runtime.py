@@ -7,28 +7,40 @@ takes ``now`` as an argument, so tests drive it with fake time and a fake CPU cl
 in ``nvmlEventSetWait`` on a thread of their own.
 
 Records and events go to sinks (callables) registered by whoever runs the agent: the
-exporter's state is kept here, JSON Lines export and the Kafka sender subscribe.
+exporter's state is kept here, JSON Lines export and the Kafka sender subscribe. A sink
+that raises is counted and logged; sampling goes on.
+
+The CPU budget is kept on the agent's own threads (:mod:`agent.cpuclock`): the sampling
+and XID threads form the ``sampling`` account, and the time the sampling thread spends in
+sinks (encoding frames for the transport) is moved to the ``transport`` account, which
+the sender paces with a budget of its own. The budget may lengthen intervals, never past
+the ceiling: every GPU is sampled at least every ``ceiling`` seconds, whatever the load;
+when it lengthens them, a log line says so (rate-limited) and ``/metrics`` counts it.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import pynvml as nv
 
 from agent import calibrate
+from agent.cpuclock import SAMPLING, TRANSPORT, ThreadCpu
 from agent.devices import GpuTarget, discover
 from agent.driver.base import Driver
 from agent.readers import READERS
 from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
+from agent.stats import Snapshot
 from agent.transitions import GpuTransitions
+from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
@@ -38,6 +50,11 @@ RecordSink = Callable[[GpuRecord], None]
 SLOWABLE = frozenset(READERS) | {"process_utilization"}
 RECOST_EVERY_S = 30.0
 EventSink = Callable[[EventRecord], None]
+
+
+def new_instance_id() -> str:
+    """A random id for this agent process (16 hex characters): the ``instance`` header of its messages."""
+    return secrets.token_hex(8)
 
 
 class Attribution(Protocol):
@@ -80,16 +97,27 @@ class Agent:
         attribution: Attribution | None = None,
         clock: Callable[[], float] = time.time,
         cpu_clock: Callable[[], float] = time.thread_time,
-        process_cpu_clock: Callable[[], float] = time.process_time,
+        budget_cpu_clock: Callable[[], float] | None = None,
         calibrate_calls: bool = True,
+        cpu: ThreadCpu | None = None,
+        instance: str | None = None,
     ) -> None:
+        """``cpu_clock`` times one sample on the sampling thread; ``budget_cpu_clock`` is what the
+        budget's feedback reads (default: the ``sampling`` account of ``cpu``, the agent's threads)."""
         self.driver = driver
         self.node = node
+        self.instance = instance or new_instance_id()
         self.config = config or ScheduleConfig()
         self.attribution = attribution
         self.clock = clock
         self.cpu_clock = cpu_clock
-        self.budget = CpuBudget(self.config.cpu_budget, cpu_clock=process_cpu_clock, wall_clock=clock)
+        self.cpu = cpu or ThreadCpu()
+        own = budget_cpu_clock or (lambda: self.cpu.seconds(SAMPLING))
+        self.budget = CpuBudget(self.config.cpu_budget, cpu_clock=own, wall_clock=clock)
+        self.budget_stretched_total = 0  # samples whose next interval the budget lengthened
+        self.budget_capped_total = 0  # ... and would have lengthened past the ceiling
+        self._stretched_in_step = False
+        self._log = RateLimitedLog(log)
         self.calibrate_calls = calibrate_calls
         self.targets: dict[str, GpuTarget] = {}
         self.state: dict[str, _GpuState] = {}
@@ -110,7 +138,7 @@ class Agent:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.sampler: Sampler | None = None
-        self.transport_stats: Callable[[], Mapping[str, float | int | bool]] | None = None  # set by the sender
+        self.transport_stats: Callable[[], Sequence[Snapshot]] | None = None  # set by whoever adds a transport
         self._recost_at = 0.0
         self._recost_acc: dict[str, tuple[int, int]] = {}
 
@@ -135,8 +163,8 @@ class Agent:
             self.queue.put(t.key, now)
         self.healthy_count = len(targets)
         log.info(
-            "agent on %s: %d GPU targets via %s driver %s; slow calls: %s",
-            self.node, len(targets), self.driver.kind, self.driver_version,
+            "agent on %s (instance %s): %d GPU targets via %s driver %s; slow calls: %s",
+            self.node, self.instance, len(targets), self.driver.kind, self.driver_version,
             ", ".join(f"{k} every {v:.1f}s" for k, v in self.slow_period.items()) or "none",
         )
 
@@ -173,6 +201,16 @@ class Agent:
             self._recost()
             self._recost_at = now + RECOST_EVERY_S
         self.budget.observe()
+        if self._stretched_in_step:
+            self._stretched_in_step = False
+            ceiling = self.config.ceiling
+            self._log.warning(
+                "budget", "CPU budget: the agent's sampling threads use %.2f%% of a core against a budget of "
+                "%.2f%%; intervals lengthened (x%.1f, at most to the %.0f s ceiling; %d sample(s) would have gone "
+                "past it)", 100 * self.budget.usage(), 100 * self.budget.fraction, self.budget.stretch, ceiling,
+                self.budget_capped_total)
+        elif self.budget.stretch == 1.0:
+            self._log.resolved("budget", "CPU budget: sampling intervals are back to what the GPUs need")
         return self.queue.peek()
 
     def _sample(self, t: GpuTarget, now: float) -> None:
@@ -196,13 +234,18 @@ class Agent:
         busy = is_busy(record.metrics) if record.metrics else False
         interval = st.interval.update(busy, volatility(st.prev_metrics, record.metrics), pids != st.prev_pids)
         st.prev_metrics, st.prev_pids = record.metrics, pids
-        effective = max(interval, self.budget.min_interval(self.healthy_count)) * self.budget.stretch
-        st.effective_interval = effective  # the CPU budget may stretch past the ceiling: it wins
+        wanted = max(interval, self.budget.min_interval(self.healthy_count)) * self.budget.stretch
+        # the budget may lengthen an interval, never past the ceiling: the ceiling is a promise
+        st.effective_interval = min(wanted, max(interval, self.config.ceiling))
+        if wanted > interval:
+            self.budget_stretched_total += 1
+            self._stretched_in_step = True
+            if wanted > st.effective_interval:
+                self.budget_capped_total += 1
         self.queue.put(t.key, now + st.effective_interval)
         with self._lock:
             self.latest[t.key] = record
-        for sink in self.record_sinks:
-            sink(record)
+        self._to_sinks(self.record_sinks, record)
         if st.transitions is None:
             st.transitions = GpuTransitions(self.node, t.key)
         for event in st.transitions.update(record.ts, record.metrics):
@@ -210,10 +253,23 @@ class Agent:
         if len(self.latest) == len(self.targets):
             self.ready.set()
 
+    def _to_sinks(self, sinks: Sequence[Callable[[Any], None]], item: GpuRecord | EventRecord) -> None:
+        """Hand ``item`` to each sink; their CPU time is the transport's, not the sampler's."""
+        if not sinks:
+            return
+        cpu0 = time.thread_time()
+        for sink in sinks:
+            try:
+                sink(item)
+            except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop sampling: counted, logged
+                kind = f"sink:{type(exc).__name__}"
+                self.errors[kind] += 1
+                self._log.error(kind, "a record sink failed: %r; sampling goes on", exc)
+        self.cpu.transfer(SAMPLING, TRANSPORT, time.thread_time() - cpu0)
+
     # ---- failures ----
     def _emit(self, event: EventRecord) -> None:
-        for sink in self.event_sinks:
-            sink(event)
+        self._to_sinks(self.event_sinks, event)
 
     def _lost(self, t: GpuTarget, now: float, why: str) -> None:
         if t.healthy:
@@ -260,8 +316,8 @@ class Agent:
         if self.attribution is not None:
             self.attribution.start()
         self._threads = [
-            threading.Thread(target=self._run, name="gpuwatch-sampler", daemon=True),
-            threading.Thread(target=self._xid_loop, name="gpuwatch-xid", daemon=True),
+            self.cpu.spawn(SAMPLING, self._run, "gpuwatch-sampler"),
+            self.cpu.spawn(SAMPLING, self._xid_loop, "gpuwatch-xid"),
         ]
         for th in self._threads:
             th.start()
@@ -271,8 +327,9 @@ class Agent:
             try:
                 next_at = self.step(self.clock())
             except nv.NVMLError as exc:  # a driver error outside any one GPU: count it, keep going
-                self.errors[f"loop:{exc.__class__.__name__}"] += 1
-                log.exception("sampling loop error")
+                kind = f"loop:{exc.__class__.__name__}"
+                self.errors[kind] += 1
+                self._log.error(kind, "sampling loop error: %s", exc)
                 next_at = None
             wait = 5.0 if next_at is None else next_at - self.clock()
             self._wake.wait(min(max(wait, 0.0), 5.0))
@@ -296,7 +353,9 @@ class Agent:
             except nv.NVMLError_Timeout:
                 continue
             except nv.NVMLError as exc:
-                self.errors[f"xid_wait:{exc.__class__.__name__}"] += 1
+                kind = f"xid_wait:{exc.__class__.__name__}"
+                self.errors[kind] += 1
+                self._log.warning(kind, "waiting for XID events failed: %s; retrying", exc)
                 self._stop.wait(1.0)
                 continue
             self.on_xid(event.uuid, event.xid)

@@ -6,11 +6,16 @@ Three parts, each testable with fake time:
   ceiling (10 s): straight to the floor when its processes change or its values jump,
   to the busy interval when it works, and stretching towards the ceiling while it is
   idle and stable. An idle fleet then costs a tenth of a busy one.
-* :class:`CpuBudget` keeps the agent under a CPU budget (1% of one core by default),
-  measured on the agent's own CPU time. Feed-forward: from the measured CPU cost of one
-  GPU-sample it computes the shortest interval the fleet can afford. Feedback: if the
-  process as a whole (scrapes, event thread, GC) still goes over, it stretches every
-  interval until it is back under.
+* :class:`CpuBudget` keeps the agent's sampling under a CPU budget (1% of one core by
+  default), measured on the CPU clocks of the agent's own sampling and XID threads (not
+  the process: in ``gpuwatch up`` the process also serves the API). Feed-forward: from
+  the measured CPU cost of one GPU-sample it computes the shortest interval the fleet can
+  afford. Feedback: if those threads still go over (the XID thread, GC, calls that turned
+  slow), it stretches every interval until they are back under. The caller never lets a
+  stretched interval pass the ceiling: every GPU is sampled at least that often.
+* :class:`CpuPacer` is the transport's budget: a bucket of CPU seconds that the sender's
+  discretionary work (replaying the spool, reconnecting) waits on when the transport's
+  threads ran over, so an outage costs the transport's budget and never the sampler's.
 * :func:`slow_periods` gives calls whose measured latency is high (the energy counter
   took ~4 ms on an H200) their own, longer period, so they cost a fixed small share.
 """
@@ -97,11 +102,11 @@ def slow_periods(latency_s: Mapping[str, float], threshold_s: float, duty: float
 
 @dataclass(slots=True)
 class CpuBudget:
-    """Keeps the agent's own CPU use under ``fraction`` of one core."""
+    """Keeps the CPU use read from ``cpu_clock`` (the agent's sampling threads) under ``fraction`` of one core."""
 
     fraction: float = 0.01
     window_s: float = 10.0
-    cpu_clock: Callable[[], float] = time.process_time
+    cpu_clock: Callable[[], float] = time.thread_time
     wall_clock: Callable[[], float] = time.monotonic
     headroom: float = 0.8
     cost_per_sample: float = 0.0
@@ -122,7 +127,7 @@ class CpuBudget:
         return gpus * self.cost_per_sample / (self.fraction * self.headroom)
 
     def usage(self) -> float:
-        """CPU fraction of one core over the window, measured on the process's own CPU time."""
+        """CPU fraction of one core over the window, as ``cpu_clock`` measures it."""
         if len(self._points) < 2:
             return 0.0
         (w0, c0), (w1, c1) = self._points[0], self._points[-1]
@@ -141,6 +146,44 @@ class CpuBudget:
             elif use < 0.6 * self.fraction:
                 self.stretch = max(1.0, self.stretch / 1.1)
         return self.stretch
+
+
+@dataclass(slots=True)
+class CpuPacer:
+    """A bucket of CPU seconds refilled at ``fraction`` of a core, holding at most ``burst_s`` worth.
+
+    Work is measured after the fact on ``cpu_clock`` (the transport's threads); when the
+    bucket is empty, :meth:`delay` says how long discretionary work should wait for it to
+    refill. Work that cannot wait (sending what is sampled now) is never delayed, only
+    counted, so it may leave the bucket empty for the rest.
+    """
+
+    fraction: float
+    cpu_clock: Callable[[], float]
+    wall_clock: Callable[[], float] = time.monotonic
+    burst_s: float = 30.0
+    max_delay_s: float = 10.0
+    waited_s: float = 0.0
+    _tokens: float | None = None  # None until the first reading: the bucket starts full
+    _wall: float = 0.0
+    _cpu: float = 0.0
+
+    def delay(self) -> float:
+        """Seconds the next discretionary piece of work should wait (0 while within budget)."""
+        wall, cpu = self.wall_clock(), self.cpu_clock()
+        cap = self.fraction * self.burst_s
+        if self._tokens is None:
+            self._tokens = cap
+        else:
+            self._tokens = min(cap, self._tokens + (wall - self._wall) * self.fraction - (cpu - self._cpu))
+        self._wall, self._cpu = wall, cpu
+        if self._tokens >= 0:
+            return 0.0
+        return min(self.max_delay_s, -self._tokens / self.fraction)
+
+    def waited(self, seconds: float) -> None:
+        """Count time spent waiting on the bucket (for /metrics)."""
+        self.waited_s += seconds
 
 
 @dataclass(order=True, slots=True)

@@ -12,7 +12,10 @@ Why it is built this way:
   that lets frames wait longer than ``spool_after_ms``, more than ``memory_max_*`` queued)
   go to the bounded on-disk :class:`~agent.spool.Spool`; ``stop()`` spools what it could
   not deliver in time, and the next Sender on the same directory replays it. Only a full
-  spool drops, oldest first, counted in ``dropped_total``.
+  spool drops, oldest first, counted in ``dropped_total``. A disk that refuses writes
+  (full) keeps what it took; the rest waits in memory, and spool writes back off (1 s
+  doubling to 30 s) instead of failing five times a second. Memory holds four times its
+  bound before its oldest are dropped, counted apart (``memory_dropped_total``).
 * **Per-GPU order.** Messages are keyed by GPU UUID (Kafka's murmur2 partitioner puts a
   GPU on one partition). The spool is one FIFO, and while it holds anything every new
   message goes behind it, so each GPU's frames reach the topic in the order submitted.
@@ -28,6 +31,15 @@ Why it is built this way:
 * **Reconnect** with exponential backoff (0.5 s doubling to 30 s). Sends are batched: each
   round (up to ``replay_batch_messages``) is packed into one record batch per partition
   and the batches are pipelined, which keeps a replay at tens of thousands of messages/s.
+* **Keyframes after a break.** Frames are deltas; a collector that lost a stream's base
+  (a broker that came back empty) decodes nothing until a keyframe. So the sender calls
+  ``on_keyframe_needed`` when Kafka becomes unreachable (the spooled frames then start
+  with keyframes), after every (re)connect, after a replay empties the spool, and when
+  frames are dropped; the agent wires it to :meth:`agent.framing.Framer.request_keyframe`.
+* **Its own CPU budget.** The sender's loop and spool worker are the agent's ``transport``
+  threads (:mod:`agent.cpuclock`). Work that can wait (replaying the spool, reconnecting,
+  spooling while Kafka is down) waits on a :class:`~agent.scheduler.CpuPacer` of
+  ``transport_cpu_budget`` when they ran over, so an outage never costs the sampler's budget.
 """
 
 from __future__ import annotations
@@ -59,8 +71,12 @@ from aiokafka.errors import (
 from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from agent.spool import Message, Spool
+from agent.cpuclock import TRANSPORT, ThreadCpu
+from agent.scheduler import CpuPacer
+from agent.spool import Message, Spool, SpoolStats, SpoolWriteError
+from agent.stats import as_dict, counter, gauge, snapshot
 from telemetry.kafka_security import Mechanism, Protocol, check_security, security_config
+from telemetry.ratelimit import RateLimitedLog
 
 __all__ = ["KafkaSettings", "Message", "Sender"]
 
@@ -72,6 +88,7 @@ REJECTED = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeErr
             InvalidTimestampError)
 POLL_S = 0.05  # how often a running round checks for overflow and the stop deadline
 IDLE_S = 0.5  # how long an idle loop sleeps before looking at the spool again
+SPOOL_RETRY_S = (1.0, 30.0)  # after a failed spool write: first and longest wait before the next one
 
 
 class KafkaSettings(BaseModel):
@@ -119,14 +136,27 @@ class KafkaSettings(BaseModel):
         The result holds the password: never log it.
         """
         config: dict[str, Any] = {
-            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
-            "client_id": self.client_id,
             "acks": self.acks,
             "enable_idempotence": self.enable_idempotence,
             "compression_type": None if self.compression == "none" else self.compression,
             "linger_ms": self.linger_ms,
             "max_batch_size": self.max_batch_bytes,
             "max_request_size": self.max_request_bytes,
+        }
+        return self._client_config() | config
+
+    def consumer_config(self) -> dict[str, Any]:
+        """Keyword arguments for the ``AIOKafkaConsumer`` of the control topic, read from its end
+        (no consumer group: every agent reads every request and keeps its own)."""
+        return self._client_config() | {
+            "group_id": None, "enable_auto_commit": False, "auto_offset_reset": "latest",
+            "metadata_max_age_ms": 30_000,  # a control topic created after the agent started is found soon
+        }
+
+    def _client_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
+            "client_id": self.client_id,
             "request_timeout_ms": self.request_timeout_ms,
         }
         return config | security_config(
@@ -137,15 +167,46 @@ class KafkaSettings(BaseModel):
 
 
 _Outcome = Literal["sent", "failed", "idle", "abandoned"]
+KeyframeNeeded = Callable[[str], None]
+
+
+@snapshot
+class SenderStats:
+    """The sender's counters and levels for ``/metrics`` (the spool's are in :class:`~agent.spool.SpoolStats`)."""
+
+    sent_total: int = counter("gpuwatch_agent_kafka_sent", "Messages acknowledged by Kafka.")
+    spooled_total: int = counter("gpuwatch_agent_kafka_spooled", "Messages written to the on-disk spool.")
+    replayed_total: int = counter("gpuwatch_agent_kafka_replayed", "Spooled messages sent after an outage.")
+    send_errors_total: int = counter("gpuwatch_agent_kafka_send_errors", "Failed connects and sends to Kafka.")
+    rejected_total: int = counter(
+        "gpuwatch_agent_kafka_rejected", "Messages Kafka refused for themselves (too large, corrupt): dropped.")
+    memory_dropped_total: int = counter(
+        "gpuwatch_agent_memory_dropped",
+        "Oldest messages dropped from memory while the spool could not take them (its disk failing).")
+    memory_messages: int = gauge("gpuwatch_agent_memory_messages", "Messages waiting in memory.")
+    memory_bytes: int = gauge("gpuwatch_agent_memory_bytes", "Bytes of messages waiting in memory.")
+    connected: int = gauge("gpuwatch_agent_kafka_connected", "1 while the producer is connected.")
+    connects_total: int = counter("gpuwatch_agent_kafka_connects", "Connections made to Kafka (first and reconnects).")
+    paced_seconds_total: float = counter(
+        "gpuwatch_agent_transport_paced_seconds",
+        "Seconds the transport's deferrable work (replay, reconnects) waited for its CPU budget.")
+    cpu_budget_ratio: float = gauge("gpuwatch_agent_transport_cpu_budget_ratio",
+                                    "The transport's CPU budget, fraction of one core.")
 
 
 @dataclass(slots=True)
 class _Round:
-    """One batch on its way: from the spool, or from memory (``seqs`` None until it is spooled too)."""
+    """One batch on its way: from the spool, or from memory (``seqs`` None until some of it is spooled too)."""
 
     msgs: list[Message]
-    seqs: list[int] | None  # spool sequence number of each message, once it is in the spool
+    seqs: list[int | None] | None  # spool sequence number of each message in the spool (None: not in it)
     from_spool: bool
+
+    def unspooled(self) -> int:
+        """Index of the first message not in the spool (the spooled ones are always a prefix)."""
+        if self.seqs is None:
+            return 0
+        return next((i for i, s in enumerate(self.seqs) if s is None), len(self.seqs))
 
 
 class Sender:
@@ -168,10 +229,15 @@ class Sender:
         replay_batch_messages: int = 5_000,
         replay_batch_bytes: int = 4 << 20,
         loop: asyncio.AbstractEventLoop | None = None,
+        on_keyframe_needed: KeyframeNeeded | None = None,
+        cpu: ThreadCpu | None = None,
+        transport_cpu_budget: float = 0.01,
     ) -> None:
         self.settings = settings
         self._owns_spool = not isinstance(spool, Spool)
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
+        # a message must fit in a request and in the spool (an entry may take half its bound; 1 KiB for framing)
+        self._max_message = min(settings.max_request_bytes, self.spool.max_bytes // 2 - 1024)
         self._mem_max_n = memory_max_messages
         self._mem_max_b = memory_max_bytes
         self._spool_after = spool_after_ms / 1000.0
@@ -179,6 +245,10 @@ class Sender:
         self._batch_n = replay_batch_messages
         self._batch_b = replay_batch_bytes
         self._given_loop = loop
+        self.on_keyframe_needed = on_keyframe_needed
+        self._cpu = cpu or ThreadCpu()
+        self._pacer = CpuPacer(transport_cpu_budget, cpu_clock=lambda: self._cpu.seconds(TRANSPORT))
+        self._errors = RateLimitedLog(log)
         # shared with submitting threads, guarded by _mlock
         self._mlock = threading.Lock()
         self._memory: deque[Message] = deque()
@@ -193,7 +263,8 @@ class Sender:
         # owned by the loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuwatch-spool")
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuwatch-spool",
+                                      initializer=self._cpu.register, initargs=(TRANSPORT,))
         self._thread: threading.Thread | None = None
         self._done: Future[None] | None = None
         self._stopping = False
@@ -204,12 +275,16 @@ class Sender:
         self._down = False  # a connect or send failed and nothing succeeded since: spool at once
         self._outage_logged = False
         self._started = False
+        self._spool_retry_at = 0.0  # no spool write before this (monotonic), after one failed
+        self._spool_backoff = SPOOL_RETRY_S[0]
+        self._replaying = False  # spooled messages were sent since the spool was last empty
+        self._drops_seen = 0  # memory and spool drops already answered with a keyframe request
         self.sent_total = 0
         self.spooled_total = 0
         self.replayed_total = 0
         self.send_errors_total = 0
         self.rejected_total = 0
-        self.spool_errors_total = 0
+        self.connects_total = 0
 
     # ------------------------------------------------------------------ public API
 
@@ -228,6 +303,7 @@ class Sender:
 
         def run() -> None:
             # asyncio.Runner cancels what is left (e.g. a producer abandoned at the stop deadline) on exit.
+            self._cpu.register(TRANSPORT)
             with asyncio.Runner() as runner:
                 self._loop = runner.get_loop()
                 ready.set()
@@ -238,6 +314,7 @@ class Sender:
                     done.set_exception(exc)  # stop() re-raises it
                     return
             done.set_result(None)
+            self._cpu.unregister()
 
         self._thread = threading.Thread(target=run, name="gpuwatch-sender", daemon=True)
         self._thread.start()
@@ -249,8 +326,9 @@ class Sender:
         After :meth:`stop` the message is written to the spool directly (if it is still open).
         """
         size = msg.size
-        if size > self.settings.max_request_bytes:
-            raise ValueError(f"message of {size} bytes exceeds max_request_bytes ({self.settings.max_request_bytes})")
+        if size > self._max_message:
+            raise ValueError(f"message of {size} bytes exceeds {self._max_message} bytes (max_request_bytes, "
+                             "or half the spool's bound)")
         with self._mlock:
             if not self._finished:
                 if not self._memory:
@@ -305,7 +383,7 @@ class Sender:
         finally:
             if self._thread is not None:
                 self._thread.join(timeout=5.0)
-            self._io.shutdown(wait=True)
+            self._shutdown_io(wait=True)
 
     async def astop(self, timeout: float = 10.0) -> None:
         """:meth:`stop` for callers on the sender's own loop."""
@@ -316,24 +394,28 @@ class Sender:
         if not self._done.done():
             self._request_stop(timeout)
         await asyncio.wrap_future(self._done)
-        self._io.shutdown(wait=False)
+        self._shutdown_io(wait=False)
 
-    def stats(self) -> dict[str, int | bool]:
-        """Counters for /metrics and logs (``dropped_total`` includes drops of earlier runs on this spool)."""
-        return {
-            "sent_total": self.sent_total,
-            "spooled_total": self.spooled_total,
-            "replayed_total": self.replayed_total,
-            "dropped_total": self.spool.dropped_total + self._memory_dropped,
-            "send_errors_total": self.send_errors_total,
-            "rejected_total": self.rejected_total,
-            "spool_errors_total": self.spool_errors_total,
-            "spool_corrupt_total": self.spool.corrupt_total,
-            "spool_bytes": self.spool.bytes,
-            "spool_messages": len(self.spool),
-            "memory_messages": len(self._memory),
-            "connected": self._connected,
-        }
+    def _shutdown_io(self, *, wait: bool) -> None:
+        with contextlib.suppress(RuntimeError):  # already shut down
+            self._io.submit(self._cpu.unregister)  # the worker leaves the CPU ledger before it ends
+        self._io.shutdown(wait=wait)
+
+    def snapshots(self) -> tuple[SenderStats, SpoolStats]:
+        """The sender's and its spool's counters, for /metrics (the spool's include earlier runs)."""
+        with self._mlock:
+            memory, memory_bytes = len(self._memory), self._mem_bytes
+        return SenderStats(
+            sent_total=self.sent_total, spooled_total=self.spooled_total, replayed_total=self.replayed_total,
+            send_errors_total=self.send_errors_total, rejected_total=self.rejected_total,
+            memory_dropped_total=self._memory_dropped, memory_messages=memory, memory_bytes=memory_bytes,
+            connected=int(self._connected), connects_total=self.connects_total,
+            paced_seconds_total=self._pacer.waited_s, cpu_budget_ratio=self._pacer.fraction,
+        ), self.spool.stats()
+
+    def stats(self) -> dict[str, int | float]:
+        """:meth:`snapshots` as one dict, for logs, benchmarks and tests."""
+        return as_dict(*self.snapshots())
 
     @property
     def connected(self) -> bool:
@@ -393,7 +475,8 @@ class Sender:
             self.spooled_total += 1
         except (OSError, RuntimeError) as exc:
             self._memory_dropped += 1
-            log.error("message submitted after the sender stopped could not be spooled (%s); dropped", exc)
+            self._errors.error("late", "message submitted after the sender stopped could not be spooled (%s); "
+                               "dropped", exc)
 
     def _finish_unstarted(self) -> None:
         with self._mlock:
@@ -403,7 +486,7 @@ class Sender:
             self.spool.append(leftovers)
             self.spooled_total += len(leftovers)
         self._settled(len(leftovers))
-        self._io.shutdown(wait=True)
+        self._shutdown_io(wait=True)
         if self._owns_spool:
             self.spool.close()
 
@@ -413,36 +496,86 @@ class Sender:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._io, fn, *args)
 
-    async def _append(self, msgs: list[Message]) -> int | None:
-        """Append to the spool on the worker thread; returns the first seq, None if the disk failed."""
-        if not msgs:
-            return None
+    async def _append(self, msgs: list[Message]) -> tuple[int, int]:
+        """Append to the spool on the worker thread: (first seq, how many went in; the rest did not)."""
         try:
             first = await self._spool_io(self.spool.append, msgs)
-        except OSError as exc:
-            self.spool_errors_total += 1
-            log.error("spool write failed (%s): %d messages stay in memory", exc, len(msgs))
-            return None
-        self.spooled_total += len(msgs)
-        return first
+            written = len(msgs)
+        except SpoolWriteError as exc:
+            first, written = exc.first, exc.written
+            self._spool_retry_at = time.monotonic() + self._spool_backoff
+            with self._mlock:
+                waiting = len(self._memory) + len(msgs) - written
+            self._errors.error("spool", "spool write failed (%s): %d of %d messages spooled, %d wait in memory; "
+                               "next spool write in %.0f s", exc.cause, written, len(msgs), waiting,
+                               self._spool_backoff)
+            self._spool_backoff = min(SPOOL_RETRY_S[1], self._spool_backoff * 2)
+        else:
+            if self._spool_backoff > SPOOL_RETRY_S[0]:
+                self._errors.resolved("spool", "spool writes succeed again")
+            self._spool_backoff = SPOOL_RETRY_S[0]
+        self.spooled_total += written
+        return first, written
 
-    async def _to_spool(self, head: Sequence[Message] = (), *, give_back_head: bool = True) -> int | None:
-        """Append ``head`` then everything in memory, in that order; the first seq, None if nothing went.
+    def _spool_blocked(self) -> bool:
+        """A spool write failed a moment ago: do not try again yet (memory holds the messages)."""
+        return time.monotonic() < self._spool_retry_at
 
-        If the disk fails, memory (and ``head`` if ``give_back_head``) goes back to the head of
-        memory, so a later attempt keeps the order.
+    async def _to_spool(self, head: Sequence[Message] = (), *, give_back_head: bool = True) -> tuple[int, int] | None:
+        """Append ``head`` then everything in memory, in that order: (first seq, how many went in), None if none.
+
+        What the disk did not take goes back to the head of memory (``head`` too if
+        ``give_back_head``), so a later attempt keeps the order.
         """
+        if self._spool_blocked():
+            if head and give_back_head:
+                self._settled(0, head)
+            return None
         behind = self._take_memory()
-        first: int | None = None
+        msgs = [*head, *behind]
+        written = 0
+        first = 0
         try:
-            first = await self._append([*head, *behind])
+            if msgs:
+                first, written = await self._append(msgs)
         finally:
-            failed = first is None and bool(head or behind)
-            self._settled(len(behind), [*(head if give_back_head else ()), *behind] if failed else ())
-        return first
+            back: Sequence[Message] = ()
+            if written < len(msgs):
+                back = msgs[written:] if give_back_head else behind[max(0, written - len(head)):]
+            self._settled(len(behind), back)
+        return (first, written) if written else None
 
     async def _spool_memory(self) -> None:
         await self._to_spool()
+
+    async def _spool_if_due(self) -> None:
+        """While Kafka is down, spool at once (a kill then loses nothing), unless the transport is over its
+        CPU budget: then only what memory's bounds or age (``spool_after_ms``) force out."""
+        if self._memory_wants_spool() or (self._down and self._pacer.delay() <= 0):
+            await self._spool_memory()
+
+    def _keyframes(self, why: str) -> None:
+        """Ask for a keyframe of every GPU (see the module docstring for when)."""
+        if self.on_keyframe_needed is not None:
+            self.on_keyframe_needed(why)
+
+    def _check_drops(self) -> None:
+        drops = self._memory_dropped + self.spool.dropped_total
+        if drops > self._drops_seen:
+            self._drops_seen = drops
+            self._keyframes("frames were dropped")
+
+    async def _paced(self) -> bool:
+        """Wait for the transport's CPU budget if it ran over (not while stopping); True if it waited."""
+        if self._stopping:
+            return False
+        wait = self._pacer.delay()
+        if wait <= 0:
+            return False
+        t0 = time.monotonic()
+        await self._sleep(wait)
+        self._pacer.waited(time.monotonic() - t0)
+        return True
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -451,14 +584,17 @@ class Sender:
         backoff = settings.reconnect_backoff_ms / 1000.0
         next_attempt = 0.0
         producer: AIOKafkaProducer | None = None
+        self._drops_seen = self._memory_dropped + self.spool.dropped_total
         try:
             while True:
                 now = time.monotonic()
+                self._check_drops()
                 if self._stopping and (producer is None or now >= self._stop_deadline or self._drained()):
                     break
                 if producer is None:
-                    if self._down or self._memory_wants_spool():
-                        await self._spool_memory()
+                    await self._spool_if_due()
+                    if now >= next_attempt and await self._paced():
+                        continue
                     if now >= next_attempt:
                         producer = await self._connecting()
                         if producer is None:
@@ -470,7 +606,7 @@ class Sender:
                 try:
                     outcome = await self._round(producer)
                 except (KafkaError, OSError) as exc:  # a spool read, or the producer outside a send
-                    log.warning("sender round failed: %s", exc)
+                    self._errors.warning("round", "sender round failed: %s", exc)
                     outcome = "failed"
                 except Exception:  # a bug must not end delivery: log it, reconnect, go on
                     log.exception("unexpected error in the Kafka sender; reconnecting")
@@ -506,8 +642,7 @@ class Sender:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 return None
-            if self._down or self._memory_wants_spool():
-                await self._spool_memory()
+            await self._spool_if_due()
         return task.result()
 
     async def _connect(self) -> AIOKafkaProducer | None:
@@ -515,14 +650,14 @@ class Sender:
         try:
             config = self.settings.producer_config()
         except (OSError, ssl.SSLError) as exc:
-            log.error("cannot build the Kafka client configuration: %s", exc)
-            self._down = True
+            self._errors.error("config", "cannot build the Kafka client configuration: %s", exc)
+            self._went_down()
             return None
         try:
             producer = AIOKafkaProducer(**config)
         except (KafkaError, ValueError, TypeError) as exc:  # e.g. a compression codec that is not installed
-            log.error("cannot create the Kafka producer: %s", exc)
-            self._down = True
+            self._errors.error("producer", "cannot create the Kafka producer: %s", exc)
+            self._went_down()
             return None
         try:
             await asyncio.wait_for(producer.start(), timeout)
@@ -532,7 +667,7 @@ class Sender:
                 "Kafka %s unreachable (%s); spooling to %s and retrying", self.settings.bootstrap_servers,
                 str(exc) or type(exc).__name__, self.spool.directory)
             self._outage_logged = True
-            self._down = True
+            self._went_down()
             self.send_errors_total += 1
             self._connected = False
             await self._close_quietly(producer)
@@ -546,7 +681,15 @@ class Sender:
             log.info("connected to Kafka %s (topic %s); %d messages to replay from the spool",
                      self.settings.bootstrap_servers, self.settings.topic, len(self.spool))
         self._connected = True
+        self.connects_total += 1
+        self._keyframes("connected to Kafka")
         return producer
+
+    def _went_down(self) -> None:
+        """Kafka is unreachable: spool from now on, and let the spooled frames start with keyframes."""
+        if not self._down:
+            self._keyframes("Kafka unreachable")
+        self._down = True
 
     async def _drop_producer(self, producer: AIOKafkaProducer) -> None:
         if self._connected and not self._outage_logged:
@@ -554,7 +697,7 @@ class Sender:
             log.warning("lost Kafka %s; spooling to %s until it is back", self.settings.bootstrap_servers,
                         self.spool.directory)
         self._connected = False
-        self._down = True
+        self._went_down()
         await self._close_quietly(producer, self.settings.request_timeout_ms / 1000.0)
 
     @staticmethod
@@ -575,7 +718,8 @@ class Sender:
             if not msgs:
                 await self._commit_delivered()
                 return None
-            return _Round(msgs, seqs, from_spool=True)
+            in_spool: list[int | None] = list(seqs)
+            return _Round(msgs, in_spool, from_spool=True)
         with self._mlock:
             msgs = []
             size = 0
@@ -595,6 +739,8 @@ class Sender:
 
     async def _round(self, producer: AIOKafkaProducer) -> _Outcome:
         """Send one batch and settle it: delivered parts committed, failed parts in the spool."""
+        if len(self.spool) and await self._paced():
+            return "idle"  # replaying can wait for the transport's budget; memory overflow still spools
         batch = await self._next_round()
         if batch is None:
             if self._idle_waiting:
@@ -615,11 +761,12 @@ class Sender:
                     await self._overflow(batch)
             return await self._settle(batch, task.result())
         except BaseException:
-            # never lose a batch taken from memory: back to the head of memory, in order
+            # never lose a batch taken from memory: what is not in the spool goes back to the head of memory
             with self._mlock:
-                if batch.seqs is None and self._inflight:
-                    self._memory.extendleft(reversed(batch.msgs))
-                    self._mem_bytes += sum(m.size for m in batch.msgs)
+                if not batch.from_spool and self._inflight:
+                    rest = batch.msgs[batch.unspooled():]
+                    self._memory.extendleft(reversed(rest))
+                    self._mem_bytes += sum(m.size for m in rest)
                 self._inflight = 0
             raise
         finally:
@@ -714,51 +861,68 @@ class Sender:
             results[i] = outcome if isinstance(outcome, BaseException) else None
 
     async def _overflow(self, batch: _Round) -> None:
-        """Memory is over its bound or too old while a batch is in flight: spool, keeping order."""
-        if batch.seqs is None:
-            first = await self._to_spool(batch.msgs, give_back_head=False)  # the batch is still in flight
-            if first is not None:
-                batch.seqs = list(range(first, first + len(batch.msgs)))
-        else:
-            await self._to_spool()
+        """Memory is over its bound or too old while a batch is in flight: spool, keeping order.
+
+        The part of the batch not yet in the spool goes first (it stays in flight, now with
+        sequence numbers), then memory.
+        """
+        start = batch.unspooled()
+        written = await self._to_spool(batch.msgs[start:], give_back_head=False)
+        if written is None or batch.from_spool:
+            return
+        first, n = written
+        seqs: list[int | None] = batch.seqs if batch.seqs is not None else [None] * len(batch.msgs)
+        for j in range(min(n, len(batch.msgs) - start)):
+            seqs[start + j] = first + j
+        batch.seqs = seqs
 
     async def _abandon(self, batch: _Round) -> None:
         """Stop deadline reached with a batch in flight: make sure it is in the spool (it may be resent)."""
         log.warning("stop: %d messages still in flight at the deadline; kept in the spool", len(batch.msgs))
-        if batch.seqs is None:
-            await self._to_spool(batch.msgs)
+        if not batch.from_spool:
+            await self._to_spool(batch.msgs[batch.unspooled():])
         with self._mlock:
             self._inflight = 0
 
     async def _settle(self, batch: _Round, results: list[BaseException | None]) -> _Outcome:
-        failed: list[Message] = []
+        failed: list[Message] = []  # failed and not in the spool
         first_error: BaseException | None = None
         delivered = 0
+        not_acked = 0
+        seqs = batch.seqs
         for i, (msg, error) in enumerate(zip(batch.msgs, results, strict=True)):
+            seq = None if seqs is None else seqs[i]
             if error is None or isinstance(error, REJECTED):
                 if error is not None:
                     self.rejected_total += 1
-                    log.error("Kafka rejected a message for key %r (%s); dropped", msg.key, error)
+                    self._errors.error("rejected", "Kafka rejected a message for key %r (%s); dropped", msg.key, error)
                 else:
                     delivered += 1
-                if batch.seqs is not None:
-                    self._delivered.add(batch.seqs[i])
+                if seq is not None:
+                    self._delivered.add(seq)
             else:
                 first_error = first_error or error
-                failed.append(msg)
+                not_acked += 1
+                if seq is None:
+                    failed.append(msg)
         self.sent_total += delivered
         if batch.from_spool:
             self.replayed_total += delivered
-        if batch.seqs is not None:
+            self._replaying = True
+        if seqs is not None:
             await self._commit_delivered()
-        elif failed:
+        if failed:
             await self._to_spool(failed)  # older than anything still in memory: they go first
         with self._mlock:
             self._inflight = 0
-        if failed:
-            log.warning("%d of %d messages not acknowledged (%s); they wait in the spool",
-                        len(failed), len(batch.msgs), first_error or "error")
+        if not_acked:
+            self._errors.warning("unacked", "%d of %d messages not acknowledged (%s); they wait in the spool",
+                                 not_acked, len(batch.msgs), first_error or "error")
             return "failed"
+        if self._replaying and not len(self.spool):
+            self._replaying = False
+            log.info("replay of the spool done")
+            self._keyframes("the spool's replay is done")
         return "sent"
 
     async def _commit_delivered(self) -> None:
@@ -776,6 +940,7 @@ class Sender:
         with self._mlock:
             self._finished = True
         try:
+            self._spool_retry_at = 0.0  # the last chance: try the disk even if it failed a moment ago
             await self._spool_memory()
             if self._memory:  # the disk failed: nothing more can be done
                 log.error("stop: %d messages could not be spooled and are lost", len(self._memory))

@@ -2,7 +2,8 @@
 
 A stdlib threading server is enough for a scrape every few seconds and keeps the agent's
 image and memory small. ``/healthz`` says the process serves; ``/readyz`` says every GPU
-has been sampled once (a DaemonSet rollout waits on it).
+has been sampled once (a DaemonSet rollout waits on it). Each request's CPU time is added
+to the agent's ``http`` CPU account (``gpuwatch_agent_cpu_seconds_total``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from agent.cpuclock import HTTP
 from agent.exposition import CONTENT_TYPE, Exposition
 
 log = logging.getLogger(__name__)
@@ -21,6 +24,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: MetricsServer
 
     def do_GET(self) -> None:
+        cpu0 = time.thread_time()
+        try:
+            self._get()
+        finally:
+            self.server.exposition.agent.cpu.add(HTTP, time.thread_time() - cpu0)
+
+    def _get(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, self.server.exposition.render(), CONTENT_TYPE)

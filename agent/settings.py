@@ -7,6 +7,7 @@ setting, its environment variable and its flag: a DaemonSet that crash-loops wit
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from pathlib import Path
@@ -35,7 +36,9 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     interval_floor: float = Field(0.25, ge=0.1, description="shortest sampling interval, s (GPM needs >= 0.1)")
     interval_ceiling: float = Field(10.0, gt=0, le=300, description="longest sampling interval, s")
     busy_interval: float = Field(1.0, gt=0, description="interval while a GPU works steadily, s")
-    cpu_budget: float = Field(0.01, gt=0, le=1, description="CPU budget, fraction of one core")
+    cpu_budget: float = Field(0.01, gt=0, le=1, description="CPU budget of sampling, fraction of one core")
+    transport_cpu_budget: float = Field(
+        0.01, gt=0, le=1, description="CPU budget of framing, sending and spooling, fraction of one core")
     slow_call_ms: float = Field(1.0, gt=0, description="a call slower than this gets its own period")
     kubeconfig: str | None = Field(None, description="kubeconfig path when not in a cluster")
     podresources_socket: str = Field(
@@ -46,17 +49,31 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")
     kafka_topic: str = Field("gpu.telemetry", min_length=1, description="telemetry topic")
     kafka_compression: Literal["zstd", "lz4", "gzip", "none"] = Field("zstd", description="batch compression")
+    kafka_reconnect_max_s: float = Field(
+        30.0, ge=0.5, le=600, description="longest wait between reconnect attempts (the wait doubles from 0.5 s)")
     spool_dir: Path = Field(Path("/var/lib/gpuwatch/spool"), description="on-disk spool while Kafka is down")
     spool_max_mb: int = Field(512, ge=1, le=1 << 20, description="spool bound; the oldest frames go first")
+    spool_segment_mb: float = Field(
+        8.0, ge=0.0625, le=1024, description="spool segment size; the bound drops whole segments, oldest first")
     frame_window: int = Field(10, ge=1, le=3600, description="records per frame at most")
     frame_max_delay: float = Field(1.0, gt=0, le=60, description="seconds a record may wait for its frame")
 
     @model_validator(mode="after")
-    def _ordered(self) -> AgentSettings:
+    def _consistent(self) -> AgentSettings:
         if self.interval_ceiling < self.interval_floor:
+            raise ValueError(f"{where('interval_ceiling')} is {self.interval_ceiling}: it must be at least "
+                             f"{where('interval_floor')}, {self.interval_floor}")
+        segment = self.spool_segment_bytes()
+        if self.spool_max_mb << 20 < 2 * segment:
             raise ValueError(
-                f"interval_ceiling ({self.interval_ceiling}) must be >= interval_floor ({self.interval_floor})")
+                f"{where('spool_max_mb')} is {self.spool_max_mb} MiB: it must hold at least two segments of "
+                f"{where('spool_segment_mb')} ({self.spool_segment_mb:g} MiB), so at least "
+                f"{math.ceil(2 * segment / (1 << 20))} MiB; or make the segments smaller "
+                f"(at most {self.spool_max_mb / 2:g} MiB)")
         return self
+
+    def spool_segment_bytes(self) -> int:
+        return int(self.spool_segment_mb * (1 << 20))
 
 
     def kafka(self) -> KafkaSettings | None:
@@ -68,7 +85,8 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
         return KafkaSettings(
             bootstrap_servers=self.kafka_bootstrap, topic=self.kafka_topic,
             client_id=f"gpuwatch-agent-{self.node_name}",
-            compression=self.kafka_compression, security_protocol=self.kafka_security_protocol,
+            compression=self.kafka_compression, reconnect_backoff_max_ms=int(self.kafka_reconnect_max_s * 1000),
+            security_protocol=self.kafka_security_protocol,
             ssl_cafile=self.kafka_ssl_cafile, ssl_certfile=self.kafka_ssl_certfile, ssl_keyfile=self.kafka_ssl_keyfile,
             sasl_mechanism=self.kafka_sasl_mechanism, sasl_username=self.kafka_sasl_username,
             sasl_password=self.kafka_sasl_password, sasl_password_file=self.kafka_sasl_password_file,
@@ -79,6 +97,11 @@ class SettingsError(ValueError):
     """A setting failed validation; the message names each bad one, its env var and flag."""
 
 
+def where(name: str, env_prefix: str = "GPUWATCH_") -> str:
+    """A setting as a message names it: ``name (env GPUWATCH_NAME, flag --name)``."""
+    return f"{name} (env {env_prefix}{name.upper()}, flag --{name.replace('_', '-')})"
+
+
 def load(model: type[BaseSettings], overrides: dict[str, Any], env_prefix: str = "GPUWATCH_") -> Any:
     """Build a settings model from env plus the flags given (flags win)."""
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -87,7 +110,9 @@ def load(model: type[BaseSettings], overrides: dict[str, Any], env_prefix: str =
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            name = ".".join(str(p) for p in err["loc"]) or "settings"
-            hint = f" (env {env_prefix}{name.upper()}, flag --{name.replace('_', '-')})" if err["loc"] else ""
-            lines.append(f"invalid setting {name}{hint}: {err['msg']}")
+            if err["loc"]:
+                name = ".".join(str(p) for p in err["loc"])
+                lines.append(f"invalid setting {where(name, env_prefix)}: {err['msg']}")
+            else:  # a check across settings: its message names them
+                lines.append("invalid settings: " + err["msg"].removeprefix("Value error, "))
         raise SettingsError("; ".join(lines)) from None

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import platform
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -33,11 +32,15 @@ from typing import Any
 
 import pynvml as nv
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from agent.driver.base import Driver
 from agent.exposition import Exposition
 from agent.readers import READERS
 from agent.runtime import Agent, ScheduleConfig
 from agent.server import MetricsServer
+from benchmarks.report import finish
 
 
 def _rss_mib() -> float:
@@ -199,13 +202,7 @@ def main() -> None:
         p.add_argument("--json", help="also write the result here")
     args = parser.parse_args()
     result = bench_cpu(args) if args.what == "cpu" else bench_rss(args)
-    result["machine"] = (
-        f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    result["date"] = time.strftime("%Y-%m-%d")
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    finish(result, args.json)
 
 
 if __name__ == "__main__":

@@ -1090,7 +1090,7 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     """
     import multiprocessing as mp
 
-    from agent.framing import FRAME_HEADERS
+    from agent.framing import stream_headers
     from agent.sender import KafkaSettings, Sender
     from agent.spool import Message
 
@@ -1127,13 +1127,14 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     lateness: list[float] = []
     late_start = time.time() - t0
     frames = records = nbytes = 0
+    headers = stream_headers("frame", "bench-node", "bench00000000000")
     for emit_at, gpu, first_ts, last_ts, n, frame in schedule:
         delay = emit_at - time.time()
         if delay > 0.0005:
             time.sleep(delay)
         now = time.time()
         lateness.append(now - emit_at)
-        sender.submit(Message(gpu.encode(), frame, FRAME_HEADERS))
+        sender.submit(Message(gpu.encode(), frame, headers))
         frames += 1
         records += n
         nbytes += len(frame)
@@ -1198,7 +1199,8 @@ def _produce_main(args: argparse.Namespace) -> int:
     # is the agent's start time: spread over one tick); one Sender for all of them
     spool = Path(args.spool)
     sender = Sender(KafkaSettings(bootstrap_servers=args.bootstrap), spool)
-    framers = {n: TracingFramer(sender.submit, window=args.window, max_delay_s=args.max_delay) for n in nodes}
+    framers = {n: TracingFramer(sender.submit, node=f"bench-node-{n}", instance=f"bench{n:012x}",
+                                window=args.window, max_delay_s=args.max_delay) for n in nodes}
     sender.start()
     tick = max(0.05, args.max_delay / 4)
     for framer in framers.values():

@@ -44,6 +44,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.framing import stream_headers
 from agent.sender import KafkaSettings, Sender
 from agent.spool import Message, Spool, encode_entry
 
@@ -221,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frame-bytes-per-hour", type=float, default=None,
                         help="encoded frame bytes per GPU-hour (overrides --frame-bytes)")
     parser.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
-                        help="a Kafka header every frame carries (repeatable)")
+                        help="a Kafka header every frame carries (repeatable; default: the agent's own, "
+                             "type, node and instance)")
     parser.add_argument("--replay-messages", type=int, default=100_000)
     parser.add_argument("--replay-frame-bytes", type=int, default=300)
     parser.add_argument("--partitions", type=int, default=8)
@@ -230,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-durable", action="store_true", help="replay to the in-memory broker only")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    args.header_list = [(h.split("=", 1)[0], h.split("=", 1)[1].encode()) for h in args.header]
+    args.header_list = ([(h.split("=", 1)[0], h.split("=", 1)[1].encode()) for h in args.header] if args.header
+                        else list(stream_headers("frame", "gpu-node-00", "0123456789abcdef")))
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 

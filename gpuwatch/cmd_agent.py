@@ -20,7 +20,9 @@ def add_agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval-floor", type=float, metavar="S", help="shortest interval (default 0.25)")
     p.add_argument("--interval-ceiling", type=float, metavar="S", help="longest interval (default 10)")
     p.add_argument("--busy-interval", type=float, metavar="S", help="interval while busy (default 1)")
-    p.add_argument("--cpu-budget", type=float, metavar="F", help="CPU budget, fraction of a core (default 0.01)")
+    p.add_argument("--cpu-budget", type=float, metavar="F",
+                   help="CPU budget of sampling, fraction of a core (default 0.01); never thins sampling below "
+                        "the interval ceiling")
     p.add_argument("--kubeconfig", help="kubeconfig, when not running in a cluster")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -32,8 +34,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--metrics-host", help="address of /metrics (default 0.0.0.0)")
     p.add_argument("--kafka-bootstrap", help="send frames to this Kafka (default: don't send, /metrics only)")
     p.add_argument("--kafka-topic", help="telemetry topic (default gpu.telemetry)")
+    p.add_argument("--kafka-reconnect-max-s", type=float, metavar="S",
+                   help="longest wait between reconnects to Kafka (default 30)")
     p.add_argument("--spool-dir", help="on-disk spool while Kafka is down (default /var/lib/gpuwatch/spool)")
     p.add_argument("--spool-max-mb", type=int, help="spool bound in MiB (default 512)")
+    p.add_argument("--spool-segment-mb", type=float, help="spool segment size in MiB (default 8; the bound holds "
+                   "at least two)")
+    p.add_argument("--transport-cpu-budget", type=float, metavar="F",
+                   help="CPU budget of framing, sending and spooling, fraction of a core (default 0.01): replay "
+                        "and reconnects wait for it")
     p.set_defaults(func=run)
 
 
@@ -70,7 +79,9 @@ def build_agent(settings: Any) -> Any:
                 settings.node_name, kubeconfig=settings.kubeconfig,
                 podresources_socket=settings.podresources_socket,
             )
-    return Agent(driver, settings.node_name, config, attribution)
+    agent = Agent(driver, settings.node_name, config, attribution)
+    log.info("agent instance %s (the 'instance' header of its messages)", agent.instance)
+    return agent
 
 
 def wait_for_signal() -> None:
@@ -115,7 +126,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         agent.stop()
         return 1
-    pipeline = start_sending(agent, settings)
+    try:
+        pipeline = start_sending(agent, settings)
+    except SpoolOpenError as exc:
+        print(f"gpuwatch agent: {exc}", file=sys.stderr)
+        server.server_close()
+        agent.stop()
+        return 1
     agent.start()
     server.start()
     kind = "simulated" if settings.simulate else "NVML"
@@ -125,29 +142,71 @@ def run(args: argparse.Namespace) -> int:
     wait_for_signal()
     server.stop()
     agent.stop()  # sampling first, then the frames it made, then the sender (which spools what it cannot send)
+    summary = f"gpuwatch agent: stopped; {agent.samples_total} samples"
     if pipeline is not None:
-        framer, sender = pipeline
-        framer.stop()
-        sender.stop(10.0)
+        pipeline.stop()
+        summary += "; " + pipeline.summary()
+    print(summary, flush=True)
     return 0
 
 
-def start_sending(agent: Any, settings: Any) -> tuple[Any, Any] | None:
+class SpoolOpenError(RuntimeError):
+    """The spool directory cannot be used; the message names it and the flag."""
+
+
+class Sending:
+    """What ``--kafka-bootstrap`` adds to the agent: framer, sender (with spool) and control listener."""
+
+    def __init__(self, framer: Any, sender: Any, control: Any) -> None:
+        self.framer, self.sender, self.control = framer, sender, control
+
+    def stop(self) -> None:
+        self.control.stop()
+        self.framer.stop()
+        self.sender.stop(10.0)
+
+    def summary(self) -> str:
+        """What was framed, sent and lost (one line, for the shutdown message)."""
+        f, st = self.framer.stats(), self.sender.stats()
+        return (f"{f.records_total} in {f.frames_total} frames; Kafka: {st['sent_total']} messages sent "
+                f"({st['replayed_total']} from the spool), {st['spool_messages']} left in the spool; lost: "
+                f"{st['dropped_total']} dropped by the spool bound, {st['memory_dropped_total']} from memory, "
+                f"{st['corrupt_messages_total']} to spool damage, {st['rejected_total']} rejected by Kafka")
+
+
+def start_sending(agent: Any, settings: Any) -> Sending | None:
     """Frames to Kafka through the spool, when a bootstrap server is configured."""
     kafka = settings.kafka()
     if kafka is None:
         return None
+    from agent.control import ControlListener
     from agent.framing import Framer
     from agent.sender import Sender
-    from agent.spool import Spool
+    from agent.spool import Spool, SpoolLockedError
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # it logs an ERROR per reconnect attempt
-    sender = Sender(kafka, Spool(settings.spool_dir, max_bytes=settings.spool_max_mb << 20))
-    framer = Framer(sender.submit, window=settings.frame_window, max_delay_s=settings.frame_max_delay)
+    try:
+        spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_mb << 20,
+                      segment_bytes=settings.spool_segment_bytes())
+    except SpoolLockedError as exc:
+        raise SpoolOpenError(f"{exc}: another agent runs on this node, or give this one its own --spool-dir") from None
+    except OSError as exc:
+        raise SpoolOpenError(f"cannot use the spool directory {settings.spool_dir} ({exc.strerror or exc}); "
+                             "choose another with --spool-dir (env GPUWATCH_SPOOL_DIR)") from None
+
+    def keyframes(why: str) -> None:  # called by the sender (its loop thread), after the framer exists
+        log.info("keyframes for every GPU: %s", why)
+        framer.request_keyframe(None)
+
+    sender = Sender(kafka, spool, on_keyframe_needed=keyframes, cpu=agent.cpu,
+                    transport_cpu_budget=settings.transport_cpu_budget)
+    framer = Framer(sender.submit, node=agent.node, instance=agent.instance, window=settings.frame_window,
+                    max_delay_s=settings.frame_max_delay, cpu=agent.cpu)
+    control = ControlListener(kafka, agent.node, agent.instance, framer.request_keyframe, cpu=agent.cpu)
     agent.record_sinks.append(framer.add)
     agent.event_sinks.append(framer.add_event)
-    agent.transport_stats = lambda: {**sender.stats(), "frames_total": framer.frames_total,
-                                     "frame_bytes_total": framer.frame_bytes_total}
+    agent.transport_stats = lambda: (*sender.snapshots(), framer.stats(), control.stats())
     sender.start()
     framer.start()
-    return framer, sender
+    control.start()
+    return Sending(framer, sender, control)

@@ -250,7 +250,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     transport = InProcessTransport(loop)
     agent = build_agent(settings)
     agent.open()
-    framer = Framer(transport.submit)
+    framer = Framer(transport.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
     agent.record_sinks.append(framer.add)
     agent.event_sinks.append(framer.add_event)
     tasks: list[asyncio.Task[Any]] = []

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +140,26 @@ def test_cli_rejects_bad_setting_at_start() -> None:
     )
     assert proc.returncode == 2
     assert "metrics_port" in proc.stderr and "--metrics-port" in proc.stderr
+
+
+def test_spool_settings_are_checked_against_each_other_at_start(tmp_path: Path) -> None:
+    """``--spool-max-mb 1`` used to pass validation and crash later with a ValueError (two 8 MiB segments)."""
+    base = [sys.executable, "-m", "gpuwatch", "agent", "--simulate", "1", "--metrics-port", "0",
+            "--kafka-bootstrap", "127.0.0.1:1"]
+    proc = subprocess.run([*base, "--spool-max-mb", "1", "--spool-dir", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    for name in ("spool_max_mb", "GPUWATCH_SPOOL_MAX_MB", "--spool-max-mb", "spool_segment_mb", "--spool-segment-mb"):
+        assert name in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    with pytest.raises(SettingsError, match="at least two segments"):
+        load(AgentSettings, {"spool_max_mb": 3, "spool_segment_mb": 2})
+    assert load(AgentSettings, {"spool_max_mb": 1, "spool_segment_mb": 0.5}).spool_segment_bytes() == 1 << 19
+    (tmp_path / "file").write_text("not a directory")
+    proc = subprocess.run([*base, "--spool-dir", str(tmp_path / "file" / "spool")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert "--spool-dir" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_cli_agent_serves_and_shuts_down_on_sigterm() -> None:

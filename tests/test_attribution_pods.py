@@ -212,7 +212,7 @@ def test_unreachable_api_retries_quietly(caplog: pytest.LogCaptureFixture) -> No
     pods = PodCache(configuration, NODE, backoff_initial_s=0.01, backoff_max_s=0.02, request_timeout_s=1)
     with caplog.at_level(logging.DEBUG, logger="agent.attribution"):
         pods.start()
-        assert eventually(lambda: sum("failed" in r.getMessage() for r in caplog.records) >= 3)
+        assert eventually(lambda: pods._errors.suppressed_total >= 2)  # it retried; the repeats were not logged
         pods.stop()
     assert not pods.synced and pods.pod_count == 0
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pynvml as nv
@@ -546,3 +547,39 @@ def test_health_readiness_and_unknown_paths(sim_agent: SimAgentFactory) -> None:
     assert missing.status == 404
     assert missing.content_type == "application/json"
     assert "/no/such/path" in missing.json()["error"]
+
+
+def test_every_transport_counter_reaches_metrics_and_lints(
+    promtool: str, sim_agent: SimAgentFactory, tmp_path: Path,
+) -> None:
+    """Each counter of the sender, spool, framer and control listener is a field of a snapshot class
+    that declares its metric; all of them are on /metrics (rejected messages, spool write errors and
+    corruption used to be counted and never shown), with the agent's instance and CPU by account."""
+    from agent.control import ControlListener, ControlStats
+    from agent.framing import Framer, FramerStats
+    from agent.sender import KafkaSettings, Sender, SenderStats
+    from agent.spool import SpoolStats
+    from agent.stats import metric_names
+
+    sim = sim_agent(2)
+    agent = sim.agent
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    sender = Sender(kafka, tmp_path / "spool", cpu=agent.cpu)
+    try:
+        framer = Framer(sender.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
+        control = ControlListener(kafka, agent.node, agent.instance, framer.request_keyframe, cpu=agent.cpu)
+        agent.transport_stats = lambda: (*sender.snapshots(), framer.stats(), control.stats())
+        text = sim.metrics()
+    finally:
+        sender.stop()
+    exposed = Exposed.parse(text)
+    for cls in (SenderStats, SpoolStats, FramerStats, ControlStats):
+        for name in metric_names(cls):
+            assert any(s.name == name for s in exposed.samples), f"{name} ({cls.__name__}) is not on /metrics"
+    info = next(s for s in exposed.samples if s.name == "gpuwatch_agent_info")
+    assert info.labels["agent_instance"] == agent.instance and len(agent.instance) == 16
+    accounts = {s.labels["account"] for s in exposed.samples if s.name == "gpuwatch_agent_cpu_seconds_total"}
+    assert accounts == {"sampling", "transport", "http"}
+    proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
+    complaints = [line for line in (proc.stdout + proc.stderr).decode().splitlines() if "gpuwatch_" in line]
+    assert not complaints, complaints

@@ -48,7 +48,7 @@ class AgentFleet:
             agent = Agent(fleet, f"node-{i}", config, SimulatedAttribution(fleet), calibrate_calls=False)
             sender = Sender(KafkaSettings(bootstrap_servers=bootstrap, linger_ms=5), tmp / f"spool-{i}",
                             spool_after_ms=500)
-            framer = Framer(sender.submit, window=4, max_delay_s=0.5)
+            framer = Framer(sender.submit, node=agent.node, instance=agent.instance, window=4, max_delay_s=0.5)
             agent.record_sinks.append(self._count)
             agent.record_sinks.append(framer.add)
             agent.event_sinks.append(framer.add_event)

@@ -1,12 +1,20 @@
-"""The adaptive, cost-aware schedule, on fake time and a fake CPU clock (no sleeps)."""
+"""The adaptive, cost-aware schedule, on fake time and a fake CPU clock (no sleeps); the CPU ledger of the
+agent's threads on their real CPU clocks."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+import threading
 import time
 
+import pytest
+
+from agent.cpuclock import HTTP, SAMPLING, TRANSPORT, ThreadCpu
 from agent.driver.simulated import SimulatedFleet
+from agent.exposition import Exposition
 from agent.runtime import Agent, ScheduleConfig
-from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, slow_periods, volatility
+from agent.scheduler import AdaptiveInterval, CpuBudget, CpuPacer, DueQueue, slow_periods, volatility
 
 
 class FakeClocks:
@@ -36,7 +44,7 @@ def _agent(n: int, clocks: FakeClocks, profiles: list[str], **cfg: float) -> tup
     fleet = SimulatedFleet(n, clock=clocks.wall, profiles=profiles, start=0.0)  # type: ignore[arg-type]
     agent = Agent(
         fleet, "n", ScheduleConfig(**cfg), clock=clocks.wall, cpu_clock=clocks.thread_cpu,
-        process_cpu_clock=clocks.process_cpu, calibrate_calls=False,
+        budget_cpu_clock=clocks.process_cpu, calibrate_calls=False,
     )
     agent.open()
     return agent, fleet
@@ -170,9 +178,154 @@ def test_calls_that_turn_slow_at_run_time_get_a_slow_period() -> None:
     clocks = FakeClocks()
     fleet = SlowEnergyFleet(1, clock=clocks.wall, profiles=["training"], start=0.0)
     agent = Agent(fleet, "n", ScheduleConfig(), clock=clocks.wall, cpu_clock=clocks.thread_cpu,
-                  process_cpu_clock=clocks.process_cpu, calibrate_calls=False)
+                  budget_cpu_clock=clocks.process_cpu, calibrate_calls=False)
     agent.open()
     assert agent.slow_period == {}  # nothing measured yet
     _run(agent, clocks, 35.0)  # past the first re-costing window
     assert set(agent.slow_period) == {"energy"}
     assert agent.slow_period["energy"] >= 1.5
+
+
+def test_the_budget_never_thins_sampling_below_the_ceiling(caplog: pytest.LogCaptureFixture) -> None:
+    """64 GPUs at 5 ms a sample: even at the 10 s ceiling that is 3.2% of a core, over the 1% budget.
+    Every GPU is still sampled every 10 s; the budget's lengthening is counted and logged once."""
+    clocks = FakeClocks(cost=0.005)
+    agent, _ = _agent(64, clocks, ["serving"], floor=0.25, busy=1.0, ceiling=10.0, cpu_budget=0.01)
+    seen: dict[str, list[float]] = {}
+    agent.record_sinks.append(lambda r: seen.setdefault(r.gpu, []).append(r.ts))
+    with caplog.at_level(logging.WARNING, logger="agent.runtime"):
+        _run(agent, clocks, 300.0)
+    assert len(seen) == 64
+    gaps = [b - a for ts in seen.values() for a, b in itertools.pairwise(ts)]
+    assert max(gaps) <= 10.0 + 1e-6, max(gaps)
+    assert all(agent.interval(k) <= 10.0 for k in agent.targets)
+    assert agent.budget_stretched_total > 0 and agent.budget_capped_total > 0
+    budget_lines = [r for r in caplog.records if "CPU budget" in r.getMessage()]
+    assert len(budget_lines) <= 11, "rate-limited: one line per 30 s at most"
+    assert "ceiling" in budget_lines[0].getMessage()
+    text = Exposition(agent).render().decode()
+    assert "gpuwatch_agent_budget_capped_samples_total" in text
+
+
+def test_a_budget_stretch_is_shown_and_clears(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    cpu = [0.0]
+    budget = CpuBudget(0.01, window_s=10.0, cpu_clock=lambda: cpu[0], wall_clock=lambda: now[0])
+    clocks = FakeClocks()
+    agent, _ = _agent(2, clocks, ["serving"], ceiling=10.0)
+    agent.budget = budget
+    with caplog.at_level(logging.INFO, logger="agent.runtime"):
+        for _ in range(30):  # the sampling threads burn 3% of a core
+            now[0] += 1.0
+            cpu[0] += 0.03
+            clocks.now = now[0] + 1000.0
+            agent.step(clocks.now)
+        assert budget.stretch > 1.0 and agent.budget_stretched_total > 0
+        for _ in range(400):
+            now[0] += 1.0
+            clocks.now = now[0] + 1000.0
+            agent.step(clocks.now)
+    assert budget.stretch == 1.0
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("CPU budget: the agent's sampling threads use" in m for m in messages)
+    assert any("back to what the GPUs need" in m for m in messages)
+
+
+def _burn(cpu_seconds: float) -> None:
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_the_budget_counts_the_agents_threads_not_the_process() -> None:
+    """The budget reads the agent's sampling account (:mod:`agent.cpuclock`): another thread of the
+    process burning CPU (an API in ``gpuwatch up``), or a sink encoding frames on the sampling thread
+    (the transport's work), does not stretch sampling. Measured on the threads' real CPU clocks."""
+    wall = [1000.0]
+    fleet = SimulatedFleet(4, clock=lambda: wall[0], profiles=["serving"], start=0.0)
+    cpu = ThreadCpu()
+    agent = Agent(fleet, "n", ScheduleConfig(cpu_budget=0.01), clock=lambda: wall[0], calibrate_calls=False, cpu=cpu)
+    agent.open()
+    agent.record_sinks.append(lambda _r: _burn(0.002))  # 2 ms of frame encoding per record: transport work
+    go, done = threading.Event(), threading.Event()
+    stop = False
+
+    def api() -> None:  # not an agent thread
+        while not stop:
+            go.wait()
+            go.clear()
+            _burn(0.03)
+            done.set()
+
+    hog = threading.Thread(target=api, daemon=True)
+    hog.start()
+    cpu.register(SAMPLING)  # this test thread plays the sampling thread
+    process0 = time.process_time()
+    try:
+        for _ in range(40):  # 40 s of fake wall time: 30 ms of "API" CPU per second, 3% of a core
+            go.set()
+            done.wait(10)
+            done.clear()
+            wall[0] += 1.0
+            agent.step(wall[0])
+    finally:
+        stop = True
+        go.set()
+        cpu.unregister()
+    hog.join(10)
+    assert time.process_time() - process0 >= 40 * 0.03  # the process was busy...
+    assert agent.budget.stretch == 1.0, agent.budget.usage()  # ...the budget did not mind
+    accounts = cpu.accounts()
+    assert accounts[TRANSPORT] >= 0.002 * agent.samples_total * 0.99  # the sinks' time went to the transport
+    assert accounts[SAMPLING] < accounts[TRANSPORT]
+
+
+def test_thread_cpu_keeps_a_finished_threads_time() -> None:
+    cpu = ThreadCpu()
+    th = cpu.spawn(TRANSPORT, lambda: _burn(0.02), "burner")
+    th.start()
+    th.join(10)
+    assert cpu.seconds(TRANSPORT) >= 0.02 and cpu.threads() == 0
+    cpu.transfer(TRANSPORT, SAMPLING, 0.01)
+    cpu.add(HTTP, 0.5)
+    accounts = cpu.accounts()
+    assert accounts[SAMPLING] == 0.01 and accounts[HTTP] == 0.5 and accounts[TRANSPORT] >= 0.01
+
+
+def test_the_pacer_lets_a_burst_through_then_paces_to_its_budget() -> None:
+    wall = [0.0]
+    cpu = [0.0]
+    pacer = CpuPacer(0.01, cpu_clock=lambda: cpu[0], wall_clock=lambda: wall[0], burst_s=30.0)
+    assert pacer.delay() == 0.0
+    cpu[0] += 0.3  # a replay round: the whole burst (1% of a core for 30 s)
+    assert pacer.delay() == 0.0
+    cpu[0] += 0.05  # 50 ms more: 5 s of budget owed
+    assert pacer.delay() == pytest.approx(5.0)
+    wall[0] += 5.0
+    assert pacer.delay() == pytest.approx(0.0, abs=1e-9)
+    # over a long replay the work done matches the budget: 1% of the wall time
+    done = 0.0
+    for _ in range(1000):
+        if (wait := pacer.delay()) > 0:
+            wall[0] += wait
+            continue
+        cpu[0] += 0.01
+        done += 0.01
+        wall[0] += 0.001
+    assert done / (wall[0] - 5.0) == pytest.approx(0.01, rel=0.05)
+
+
+def test_thread_cpu_without_per_thread_clock_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS has no pthread_getcpuclockid: a thread's own readings are used, nothing crashes."""
+    monkeypatch.delattr(time, "pthread_getcpuclockid")
+    cpu = ThreadCpu()
+    cpu.register(SAMPLING)
+    try:
+        _burn(0.02)
+        assert cpu.seconds(SAMPLING) >= 0.02
+    finally:
+        cpu.unregister()
+    th = cpu.spawn(TRANSPORT, lambda: _burn(0.01), "burner")
+    th.start()
+    th.join(10)
+    assert cpu.seconds(TRANSPORT) >= 0.01 and cpu.threads() == 0

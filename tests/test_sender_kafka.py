@@ -11,6 +11,7 @@ end-to-end run uses 30).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -160,6 +161,19 @@ class Sampler:
         self.thread.join(5)
 
 
+def _streaming_then_paused(sender: Sender, rate_hz: float, delivered: int) -> Sampler:
+    """A sampler that ran until ``delivered`` messages were acknowledged, now paused with nothing in flight."""
+    sampler = Sampler(sender, rate_hz=rate_hz).start()
+    try:
+        wait_for(lambda: sender.stats()["sent_total"] >= delivered, 15, "delivery before the outage")
+        sampler.pause()
+        assert sender.flush(10)
+    except BaseException:
+        sampler.stop()
+        raise
+    return sampler
+
+
 @pytest.fixture
 def senders() -> Iterator[list[Sender]]:
     """Senders a test starts; stopped at teardown (quickly) if the test did not."""
@@ -302,7 +316,7 @@ def test_normal_flow_delivers_every_message_once_in_key_order(
     assert {c.partition for c in got} == {(murmur2(k) & 0x7FFFFFFF) % 4 for k in KEYS}
     stats = sender.stats()
     assert stats["sent_total"] == n and stats["dropped_total"] == 0 and stats["spool_messages"] == 0
-    assert stats["connected"] is True
+    assert stats["connected"] == 1
     sender.stop(5)
     spool.close()
     assert spool.io_threads == {"gpuwatch-spool_0"}  # the sender's one spool worker did all disk I/O
@@ -314,16 +328,14 @@ def test_outage_spools_and_replays_in_order_exactly_once(
     broker = kafka_broker(durable=True)
     create_topic(broker.bootstrap, TOPIC, partitions=4)
     spool = RecordingSpool(tmp_path / "spool")
-    sender = Sender(settings(broker.bootstrap), spool, spool_after_ms=500)
+    keyframes: list[str] = []
+    sender = Sender(settings(broker.bootstrap), spool, spool_after_ms=500, on_keyframe_needed=keyframes.append)
     senders.append(sender)
     sender.start()
-    sampler = Sampler(sender).start()
+    # No request in flight at the moment the broker goes: a lost acknowledgement would make
+    # a resend (at-least-once); that case is the kill test below.
+    sampler = _streaming_then_paused(sender, 400.0, 300)
     try:
-        wait_for(lambda: sender.stats()["sent_total"] >= 300, 15, "delivery before the outage")
-        # No request in flight at the moment the broker goes: a lost acknowledgement would make
-        # a resend (at-least-once); that case is the kill test below.
-        sampler.pause()
-        assert sender.flush(10)
         broker.stop()
         sampler.resume()
         wait_for(lambda: not sender.connected, 10, "the sender to notice the outage")
@@ -342,6 +354,9 @@ def test_outage_spools_and_replays_in_order_exactly_once(
     assert stats["sent_total"] == sampler.count
     assert stats["replayed_total"] >= during["spool_messages"]
     assert stats["dropped_total"] == 0 and stats["send_errors_total"] > 0
+    # keyframes: the spooled frames start with one, and the stream resumes with one after the replay
+    assert keyframes[:2] == ["connected to Kafka", "Kafka unreachable"], keyframes
+    assert "the spool's replay is done" in keyframes[keyframes.index("connected to Kafka", 1):], keyframes
     sender.stop(5)
     spool.close()
     # Structural: the sampling thread never touched the disk (nor could it wait on the spool's lock).
@@ -453,7 +468,7 @@ def test_stop_while_kafka_is_down_persists_and_the_next_sender_delivers(
     with Spool(tmp_path / "spool") as spool:
         assert [number(m.value) for m in spool.peek(1000)] == list(range(20, 320))
     first.submit(frame(320))  # a straggler after stop: the spool is closed, so it is counted as dropped
-    assert first.stats()["dropped_total"] == 1
+    assert first.stats()["memory_dropped_total"] == 1
 
     broker.start()
     second = Sender(settings(broker.bootstrap), tmp_path / "spool")  # the agent's next start
@@ -482,3 +497,55 @@ def test_runs_as_a_task_on_a_given_loop(kafka_broker: BrokerFactory, tmp_path: P
     stats = asyncio.run(main())
     assert stats["sent_total"] == 100
     check_delivery(consume_all(broker.bootstrap, TOPIC, 100, timeout=15), range(100))
+
+
+def test_a_full_disk_during_an_outage_loses_nothing_and_logs_once(
+    kafka_broker: BrokerFactory, tmp_path: Path, senders: list[Sender], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka is down and the spool's disk is full: messages wait in memory, spool writes back off
+    instead of failing five times a second, a line or two is logged, and once the disk and the broker
+    are back every message arrives once, in order."""
+    import errno
+
+    from agent import spool as spool_module
+
+    disk_full = threading.Event()
+    real_write = spool_module._write
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        if disk_full.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(spool_module, "_write", write)
+    broker = kafka_broker(durable=True)
+    create_topic(broker.bootstrap, TOPIC, partitions=4)
+    sender = Sender(settings(broker.bootstrap), tmp_path / "spool", spool_after_ms=300)
+    senders.append(sender)
+    sender.start()
+    sampler = _streaming_then_paused(sender, 200.0, 100)
+    try:
+        disk_full.set()
+        broker.stop()
+        with caplog.at_level(logging.WARNING, logger="agent"):
+            sampler.resume()
+            wait_for(lambda: sender.stats()["write_errors_total"] >= 2, 15, "spool writes to fail")
+            time.sleep(2.0)
+        during = sender.stats()
+        assert during["memory_messages"] > 0 and during["memory_dropped_total"] == 0, during
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("agent")]
+        assert 1 <= len(errors) <= 3, [r.getMessage() for r in errors]  # not one per attempt
+        assert "wait in memory" in errors[0].getMessage()
+        disk_full.clear()
+        broker.start()
+        wait_for(lambda: sender.stats()["replayed_total"] > 0 or sender.stats()["spool_messages"] == 0, 30,
+                 "delivery after the disk and the broker are back")
+    finally:
+        sampler.stop()
+    assert sender.flush(30), sender.stats()
+    got = consume_all(broker.bootstrap, TOPIC, sampler.count, timeout=30)
+    check_delivery(got, range(sampler.count))
+    stats = sender.stats()
+    assert stats["memory_dropped_total"] == 0 and stats["dropped_total"] == 0 and stats["corrupt_total"] == 0
+    sender.stop(5)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from agent.attribution._ratelog import RateLimitedLog
+from telemetry.ratelimit import RateLimitedLog
 
 if TYPE_CHECKING:
     import grpc
@@ -130,7 +130,7 @@ class PodResourcesClient:
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._errors = RateLimitedLog(log)
+        self._errors = RateLimitedLog(log, every_s=300.0)
 
     def holders(self) -> Mapping[str, tuple[DeviceHolder, ...]]:
         """GPU/MIG UUID → containers holding it, as of the last successful poll."""
@@ -160,9 +160,8 @@ class PodResourcesClient:
                 return False
             holders = gpu_holders(response, self._resource_prefixes)
             self._last_success = self._clock()
-            recovered = [self._errors.reset(key) for key in ("rpc", "socket")]
-            if any(recovered):
-                log.info("kubelet PodResources API at %s answers again", self.socket_path)
+            for key in ("rpc", "socket"):
+                self._errors.resolved(key, "kubelet PodResources API at %s answers again", self.socket_path)
             self._set(holders)
             return True
 

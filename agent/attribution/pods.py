@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import urllib3
 
-from agent.attribution._ratelog import RateLimitedLog
+from telemetry.ratelimit import RateLimitedLog
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
@@ -231,7 +231,7 @@ class PodCache:
         self._thread: threading.Thread | None = None
         self._response: HTTPResponse | None = None
         self._response_lock = threading.Lock()
-        self._errors = RateLimitedLog(log)
+        self._errors = RateLimitedLog(log, every_s=300.0)
 
     # ---- lookups (hot path) -------------------------------------------------------
 
@@ -359,8 +359,7 @@ class PodCache:
                     need_list = False
                 events = self._watch()
                 expired_before = False
-                if self._errors.reset("watch"):
-                    log.info("pod watch for node %s recovered", self.node_name)
+                self._errors.resolved("watch", "pod watch for node %s recovered", self.node_name)
                 if events:
                     backoff = self._backoff_initial_s
             except (ApiException, _Expired, _WatchFailed, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:

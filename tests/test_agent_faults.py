@@ -1,0 +1,37 @@
+"""The agent's fault cases as real processes (``tests/agent_faults.py``): nothing produced is lost.
+
+Short versions of what ``benchmarks/bench_agent_faults.py`` runs for the fault table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.agent_faults import TOPIC, MountUnavailable, cpu_budget_during_outage, torn_spool_after_full_disk
+from tests.fixtures_kafka import BrokerFactory, create_topic
+
+
+def test_a_full_disk_under_the_spool_loses_nothing(kafka_broker: BrokerFactory, tmp_path: Path) -> None:
+    broker = kafka_broker(durable=True)
+    create_topic(broker.bootstrap, TOPIC, partitions=2)
+    try:
+        result = torn_spool_after_full_disk(broker, tmp_path, gpus=8, full_s=3.0)
+    except MountUnavailable as exc:
+        pytest.skip(f"no tmpfs can be mounted here: {exc}")
+    print(result)
+    assert result["spool_write_errors"] >= 1 and result["memory_backlog_peak"] > 0  # the disk did fill up
+    assert result["lost"] == 0 and result["undecodable_frames"] == 0, result
+    assert result["counted_as_lost"] == 0 and result["spool_corrupt_regions"] == 0, result
+
+
+def test_a_broker_outage_does_not_thin_sampling(kafka_broker: BrokerFactory, tmp_path: Path) -> None:
+    broker = kafka_broker(durable=True)
+    create_topic(broker.bootstrap, TOPIC, partitions=2)
+    result = cpu_budget_during_outage(broker, tmp_path, gpus=8, outage_s=7.0, ceiling_s=2.0)  # main stretches after 5 s
+    print(result)
+    assert result["max_interval_s"] <= result["ceiling_s"], result  # before: stretched past it
+    assert result["max_stretch"] == 1.0, result
+    assert result["sampling_cpu_pct"] <= result["sampling_budget_pct"], result
+    assert result["lost"] == 0 and result["counted_as_lost"] == 0 and result["undecodable_frames"] == 0, result

@@ -1,0 +1,51 @@
+"""The agent's framer: node and instance headers on every message, keyframes on request."""
+
+from __future__ import annotations
+
+from agent.framing import Framer
+from agent.spool import Message
+from telemetry.codec import peek_header
+from telemetry.records import EventRecord, GpuRecord
+
+
+def _record(gpu: str, ts: float) -> GpuRecord:
+    return GpuRecord(ts=ts, node="node-a", gpu=gpu, metrics={"DCGM_FI_DEV_GPU_UTIL": 50.0})
+
+
+def _framer(out: list[Message]) -> Framer:
+    return Framer(out.append, node="node-a", instance="0123456789abcdef", window=1, keyframe_every=60)
+
+
+def test_every_frame_and_event_carries_node_and_instance_headers() -> None:
+    out: list[Message] = []
+    framer = _framer(out)
+    framer.add(_record("GPU-1", 1.0))
+    framer.add_event(EventRecord(2.0, "node-a", "GPU-1", "xid", 79, "fell off the bus"))
+    assert [dict(m.headers) for m in out] == [
+        {"type": b"frame", "node": b"node-a", "instance": b"0123456789abcdef"},
+        {"type": b"event", "node": b"node-a", "instance": b"0123456789abcdef"},
+    ]
+    assert framer.stats().events_total == 1 and framer.stats().frames_total == 1
+
+
+def test_a_keyframe_request_makes_the_next_frame_of_that_gpu_a_keyframe() -> None:
+    out: list[Message] = []
+    framer = _framer(out)
+    for ts in range(3):
+        framer.add(_record("GPU-1", float(ts)))
+        framer.add(_record("GPU-2", float(ts)))
+    assert [peek_header(m.value).keyframe for m in out] == [True, True, False, False, False, False]
+    out.clear()
+    framer.request_keyframe("GPU-2")
+    framer.request_keyframe("GPU-unknown")  # ignored
+    framer.add(_record("GPU-1", 3.0))
+    framer.add(_record("GPU-2", 3.0))
+    framer.add(_record("GPU-2", 4.0))
+    assert [(m.key, peek_header(m.value).keyframe) for m in out] == [
+        (b"GPU-1", False), (b"GPU-2", True), (b"GPU-2", False)]
+    out.clear()
+    framer.request_keyframe(None)  # every GPU (after a reconnect, say)
+    framer.add(_record("GPU-1", 5.0))
+    framer.add(_record("GPU-2", 5.0))
+    assert all(peek_header(m.value).keyframe for m in out)
+    assert framer.stats().keyframe_requests_total == 3
