@@ -42,10 +42,10 @@ from typing import Any
 from telemetry.records import EventRecord, GpuRecord, ProcessRecord
 
 KINDS = ("thermal_throttle", "power_throttle", "throughput_drop", "straggler", "memory_leak", "xid", "ecc_dbe",
-         "ecc_sbe_rising", "pcie_replay_storm", "idle_allocated", "gpu_lost", "launch_bound")
+         "ecc_sbe_rising", "pcie_replay_storm", "idle_allocated", "gpu_lost", "launch_bound", "metric_anomaly")
 ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "train": ("thermal_throttle", "power_throttle", "straggler", "memory_leak", "xid", "ecc_dbe",
-              "ecc_sbe_rising", "pcie_replay_storm", "gpu_lost"),
+              "ecc_sbe_rising", "pcie_replay_storm", "gpu_lost", "hbm_heat", "hbm_heat"),
     "serve": ("thermal_throttle", "power_throttle", "throughput_drop", "throughput_drop", "memory_leak", "xid",
               "ecc_dbe", "pcie_replay_storm", "gpu_lost"),
     "batch": ("xid", "ecc_sbe_rising", "pcie_replay_storm"),
@@ -124,6 +124,8 @@ def _duration(kind: str, rng: random.Random) -> float:
         return rng.uniform(180, 480)
     if kind == "drift":
         return rng.uniform(420, 660)
+    if kind == "hbm_heat":
+        return rng.uniform(600, 1200)
     return rng.uniform(180, 420)
 
 
@@ -284,6 +286,8 @@ class Fleet:
             if kind in ("throughput_drop", "drift", "launch_bound"):
                 return not any(self._ft_event(g, seg, t) for t in range(int(a), int(b) + 60, 10))
             return True
+        if kind == "hbm_heat" and a < 4500:
+            return False  # the general-purpose detector learns half an hour of work first
         if g.role == "train" and g.node_no in self.pod_stalls:
             s0, s1, _ = self.pod_stalls[g.node_no]
             return b + self.t0 < s0 - 300 or a + self.t0 > s1 + 300
@@ -315,6 +319,9 @@ class Fleet:
                 last_code = detail["code"]
             elif kind == "gpu_lost":
                 detail["xid79"] = rng.random() < 0.5
+            elif kind == "hbm_heat":  # HBM runs hotter at the same load (cooling), not yet throttling
+                detail["ramp"], detail["delta"] = rng.uniform(120, 300), rng.uniform(10.0, 20.0)
+                start = onset + detail["ramp"] * 7.0 / detail["delta"]
             elif kind == "drift":
                 detail["ramp"] = rng.uniform(120, 360)
                 detail["floor"] = rng.uniform(0.35, 0.5)
@@ -325,7 +332,7 @@ class Fleet:
                                 "memory_leak": rng.uniform(10.0, 60.0)}.get(kind, 1.0)
             if kind == "throughput_drop" and g.role == "finetune":
                 detail["factor"] = rng.uniform(0.2, 0.5)  # an input stall: bursty, far below the level
-            label = "throughput_drop" if kind == "drift" else kind
+            label = {"drift": "throughput_drop", "hbm_heat": "metric_anomaly"}.get(kind, kind)
             inc = Incident(label, g.node, g.uuid, start, onset + dur, onset, {"shape": kind, **detail})
             g.incidents.append(inc)
             self.incidents.append(inc)
@@ -514,6 +521,7 @@ class Fleet:
         kind = inc.detail.get("shape", inc.kind) if inc is not None else None
         if inc is not None and role == "train" and kind == "throughput_drop" and inc.detail.get("pod"):
             kind = "pod_stall"
+        mem_heat = 0.0
         clock = 1485.0 + 15 * round(10 * rng.random()) if sm > 0.85 else (1980.0 if sm >= 0.02 else 345.0)
         reasons = 0x4 if sm > 0.85 else (0x1 if sm < 0.02 and (util is None or util < 5) else 0x0)
         temp = 34.0 + 38.0 * sm + 2.0 * rng.random()
@@ -547,6 +555,8 @@ class Fleet:
                 util = None if util is None else util * slower
             elif kind == "straggler":
                 sm = inc.detail["factor"] + 0.03 * (noise - 0.5)
+            elif kind == "hbm_heat":
+                mem_heat = inc.detail["delta"] * min(1.0, into / inc.detail["ramp"])
             elif kind == "memory_leak":
                 g.leak_mib += inc.detail["factor"]
                 mem = min(mem + g.leak_mib, MEM_TOTAL - 200)
@@ -597,7 +607,7 @@ class Fleet:
             "DCGM_FI_DEV_SM_CLOCK": float(round(clock)),
             "DCGM_FI_DEV_MEM_CLOCK": 3201.0,
             "DCGM_FI_DEV_GPU_TEMP": float(round(temp)),
-            "DCGM_FI_DEV_MEMORY_TEMP": float(round(temp + 4)),
+            "DCGM_FI_DEV_MEMORY_TEMP": float(round(temp + 4 + mem_heat)),
             "DCGM_FI_DEV_POWER_USAGE": round(min(power, 700.0), 3),
             "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0,
             "DCGM_FI_DEV_FB_USED": float(round(mem)),

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from collector.detect import activity, errors, launch, memory, throttle
+from collector.detect import activity, errors, general, launch, memory, throttle
 from collector.detect.anomaly import SEVERITIES, Anomaly
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
@@ -57,7 +57,7 @@ from telemetry.records import EventRecord, GpuRecord
 PERF_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop", "idle_allocated",
                         "launch_bound"})
 FREEZE_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
-EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising"})
+EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
 
 
@@ -143,6 +143,7 @@ class DetectionEngine:
         st.level = ActivityLevel(ts)  # a new workload: its own normal
         st.fb.clear()
         st.leak = None
+        st.watches.clear()
         who = next((p for p in procs if p.pod), procs[0] if procs else None)
         ns, pod, svc = (who.namespace, who.pod, who.service) if who else (None, None, None)
         if st.service_key is not None:
@@ -216,6 +217,11 @@ class DetectionEngine:
             self._add_activity_cause(st, perf)
         if perf is not None:
             found.append(perf)
+        if cfg.metrics and st.pids and not found and ts - st.watch_ts >= general.EVERY:
+            # (not while another finding explains the metrics better)
+            unusual = general.observe(st, ts, m, cfg.metrics)
+            if unusual is not None:
+                found.append(unusual)
         self._learn(st, ts, perf, m.get(POWER), m.get(POWER_LIMIT))
         return self._apply(st, ts, found, complete=True)
 

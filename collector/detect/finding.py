@@ -22,6 +22,28 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric watched by the general-purpose detector (collector/detect/general.py)."""
+
+    metric: str  # DCGM field name
+    lo: float  # the range its bins span (values outside it are novel by definition)
+    hi: float
+    unit: str = ""
+    every_s: float = 60.0  # one value per this long: the mean of the samples in it
+    threshold: float = 0.9  # the detector's score (0-1) that makes an anomaly
+    probation_s: float = 1800.0  # learned first (minutes at work, outside other anomalies), never judged
+    at_plateau: bool = True  # only samples of a steady workload at its working level (the same load)
+    min_change: float = 0.0  # and only a value at least this far outside the range seen so far
+
+
+DEFAULT_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("DCGM_FI_DEV_POWER_USAGE", 0.0, 1000.0, "W", min_change=50.0),
+    MetricSpec("DCGM_FI_DEV_MEMORY_TEMP", 0.0, 110.0, "°C", min_change=5.0),
+    MetricSpec("DCGM_FI_PROF_DRAM_ACTIVE", 0.0, 1.0, min_change=0.1),
+)
+
+
+@dataclass(frozen=True, slots=True)
 class DetectorConfig:
     """Thresholds of the detectors; defaults are what the incident suite was tuned on."""
 
@@ -48,3 +70,4 @@ class DetectorConfig:
     sbe_min: int = 10
     close_after_s: float = 30.0  # a condition clear this long closes the anomaly
     event_close_after_s: float = 300.0  # one-off events (XID, DBE) stay open this long after the last
+    metrics: tuple[MetricSpec, ...] = DEFAULT_METRICS  # the general-purpose detector's metrics

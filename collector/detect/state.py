@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from collector.detect.anomaly import Anomaly
 from collector.detect.baseline import RobustBaseline
 from collector.detect.finding import Finding
 from collector.detect.level import ActivityLevel
+
+if TYPE_CHECKING:
+    from collector.detect.general import Watch
 
 # DCGM field names (TELEMETRY.md)
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
@@ -89,6 +93,10 @@ class GpuState:
     xid_ts: float = -1e18
     leak: Finding | None = None
     sbe_finding: Finding | None = None
+    # the general-purpose detector: one watch per metric, and when another anomaly was last open
+    watches: dict[str, Watch] = field(default_factory=dict)
+    watch_ts: float = -1e18
+    other_ts: float = -1e18
     # hysteresis: since when each kind's condition holds; open anomalies and when last true
     pending: dict[str, float] = field(default_factory=dict)
     open: dict[str, tuple[Anomaly, float]] = field(default_factory=dict)
