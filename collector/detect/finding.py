@@ -28,7 +28,6 @@ class MetricSpec:
     metric: str  # DCGM field name
     lo: float  # the range its bins span (values outside it are novel by definition)
     hi: float
-    unit: str = ""
     every_s: float = 60.0  # one value per this long: the mean of the samples in it
     threshold: float = 0.9  # the detector's score (0-1) that makes an anomaly
     probation_s: float = 1800.0  # learned first (minutes at work, outside other anomalies), never judged
@@ -37,8 +36,8 @@ class MetricSpec:
 
 
 DEFAULT_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("DCGM_FI_DEV_POWER_USAGE", 0.0, 1000.0, "W", min_change=50.0),
-    MetricSpec("DCGM_FI_DEV_MEMORY_TEMP", 0.0, 110.0, "°C", min_change=5.0),
+    MetricSpec("DCGM_FI_DEV_POWER_USAGE", 0.0, 1000.0, min_change=50.0),
+    MetricSpec("DCGM_FI_DEV_MEMORY_TEMP", 0.0, 110.0, min_change=5.0),
     MetricSpec("DCGM_FI_PROF_DRAM_ACTIVE", 0.0, 1.0, min_change=0.1),
 )
 
