@@ -55,12 +55,14 @@ def _pids(st: GpuState) -> str:
 
 
 def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
-    """``steady`` or ``step`` once behaviour says which; before, a GPU with no other replicas
-    in its service is taken for a steady job, and one with replicas is judged by the stricter
-    of both rules (``unsure``: a step, held as long as a steady job's fall)."""
+    """``steady`` or ``step`` once behaviour says which (10 minutes of it). Before, a GPU with
+    no other replicas in its service that has held a tight plateau for a minute is taken for
+    a steady job (a lone training process on a bare host: a fall is reported within 90 s);
+    any other is judged by the stricter of both rules (``unsure``: only a step counts, and
+    it must last as long as a steady job's fall)."""
     if lv.steady is not None:
         return "steady" if lv.steady else "step"
-    return "unsure" if svc_peers else "steady"
+    return "steady" if lv.tight and not svc_peers else "unsure"
 
 
 def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool:

@@ -23,11 +23,12 @@ of its time on the plateau, leaves it only in discrete dips, and its plateau is 
 (blocks within about 3% of each other: a job's step time is regular); a *demand-driven*
 one (serving) moves with its traffic, so it is either off its plateau much of the time
 or spread across it. Names of pods and services are not used: they are conventions, not
-facts. Without a verdict (``steady is None``) the caller uses a prior (a service with
-several replicas is probably serving). A job whose activity is noisy at its plateau is
-judged as demand-driven: only steps count for it. A serving replica saturated and flat
-for ten minutes is judged as steady, unless it was seen moving with demand before (the
-verdict "demand-driven" is kept for the process's life).
+facts. Before the verdict (``steady is None``) ``tight`` says whether the same rule has
+held for a minute, and the caller adds a prior (a GPU with other replicas in its service
+is not yet known to be steady). A job whose activity is noisy at its plateau is judged
+as demand-driven: only steps count for it. A serving replica saturated and flat for ten
+minutes is judged as steady, unless it was seen moving with demand before (the verdict
+"demand-driven" is kept for the process's life).
 
 A *phase change* of the process (it allocated or freed a lot of memory at once: a
 different model, batch or task, like a trainer that starts serving) starts the level
@@ -53,6 +54,7 @@ FAST_TAU = 5.0
 PLATEAU = 0.85  # a block within 15% of the level is on the plateau
 STEADY_FRACTION = 0.7
 CLASSIFY_BLOCKS = 60  # 10 minutes
+EARLY_BLOCKS = 6  # a minute
 TIGHT = 0.03
 PHASE_MIB = 2048.0
 PHASE_FRACTION = 0.15
@@ -84,7 +86,7 @@ class ActivityLevel:
 
     __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_start", "b_sum", "blocks", "dips",
                  "ep_mode", "ep_n", "ep_ref", "ep_start", "ep_sum", "fast", "fast_ts", "fb_level", "level",
-                 "means", "phase_ts", "plateau_blocks", "recent", "recent_max", "since", "spread", "steady")
+                 "means", "phase_ts", "plateau_blocks", "recent", "recent_max", "since", "spread", "steady", "tight")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -104,6 +106,7 @@ class ActivityLevel:
         self.plateau_blocks = 0
         self.fb_level = -1.0
         self.steady: bool | None = None
+        self.tight = False  # a minute or more on a tight plateau since it first reached it (a hint, no verdict)
         self._anchor: tuple[float, float, float] | None = None  # computed when asked (step_anchor)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
@@ -181,8 +184,10 @@ class ActivityLevel:
         first = next(i for i, m in enumerate(self.means) if m >= floor)
         # judged from the first time it reached the plateau: a start-up of minutes says nothing
         worked = n - first
+        tight = k >= STEADY_FRACTION * worked and self.spread <= TIGHT * level
+        self.tight = worked >= EARLY_BLOCKS and tight
         if worked >= CLASSIFY_BLOCKS and self.steady is not False:  # once seen moving with demand, it will again
-            self.steady = k >= STEADY_FRACTION * worked and self.spread <= TIGHT * level
+            self.steady = tight
 
     def may_fall(self, drop_ratio: float, step_ratio: float) -> bool:
         """Cheap: whether a fall could start now (below the level's or near the recent blocks' ratio)."""
