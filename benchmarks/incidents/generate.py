@@ -59,7 +59,7 @@ ROLES_B = ("chat", "chat", "chat", "chat", "finetune", "finetune", "tools", "too
 XID_CODES = (13, 31, 43, 63, 64, 94, 95)
 MEM_TOTAL = 143771.0
 IDLE_AFTER = 600.0
-LAUNCH_AFTER = 120.0  # the launch-bound detector's wait (DetectorConfig.launch_hold_s)
+LAUNCH_AFTER = 90.0  # the launch-bound detector's wait (DetectorConfig.launch_hold_s)
 MIB = 2.0 ** 20
 
 
