@@ -322,11 +322,6 @@ class HeldoutFleet:
             elif sh == "leak":
                 s.leak += 20 + 300 * (f - 0.3)
                 fb = min(TOTAL - 300, fb + s.leak)
-            elif sh == "xid" and into < 1:
-                c["xid"] = inc.detail["code"]
-            elif sh == "dbe" and into < 1:
-                c["dbe"] += 1 + int(3 * f)
-                c["xid"] = 48
             elif sh == "sbe":
                 if r.random() < min(0.9, into / 300):
                     c["sbe"] += 1 + into // 60
@@ -366,6 +361,12 @@ class HeldoutFleet:
                 inc = next((i for i in s.incidents if i.onset <= t <= i.end), None)
                 prev = current.get(s.uuid)
                 if prev is not inc:
+                    shape = inc.detail["shape"] if inc is not None else ""
+                    if shape == "xid":  # the field holds the last XID from the moment it happens
+                        s.counters["xid"] = inc.detail["code"] if inc.detail["code"] != s.counters["xid"] else 0.0
+                    elif shape == "dbe":
+                        s.counters["dbe"] += 1 + int(3 * inc.detail["f"])
+                        s.counters["xid"] = 48
                     if prev is not None and prev.kind == "gpu_lost":
                         yield EventRecord(t, s.node, s.uuid, "gpu_recovered")
                     if inc is not None and inc.kind == "gpu_lost":

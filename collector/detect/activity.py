@@ -36,7 +36,8 @@ from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import IDLE, ActivityLevel
 from collector.detect.state import SM_ACTIVE, GpuState
 
-RECOVERED = 0.75  # a fall ends when activity is back above this fraction of its reference
+RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
+BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
 _CHANGE_WINDOW_S = 180.0
 _STEP_S = 30.0  # a step falls within this long
@@ -71,7 +72,8 @@ def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool
         return False
     if mode == "steady":
         ref = lv.level
-        if fast < cfg.drop_ratio * ref and ref - fast >= max(0.1, 4.0 * lv.spread):
+        if fast < cfg.drop_ratio * ref and ref - fast >= max(0.1, 4.0 * lv.spread) \
+                and lv.high_within(ts, _STEP_S) >= cfg.drop_ratio * ref:  # falling to here, not rising from idle
             lv.start_episode(ts, ref, "steady")
             return True
         return False
@@ -127,7 +129,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if fast < IDLE:
             lv.end_episode()  # fell to idleness: the idle detector's case
             return None
-        if fast >= RECOVERED * lv.ep_ref:
+        if fast >= (BAND + (cfg.drop_ratio if lv.ep_mode == "steady" else cfg.step_ratio)) * lv.ep_ref:
             lv.end_episode(ts, learn_dip=True, dip_max_s=DIP_MAX_S)
             return None
         if ts - lv.ep_start >= cfg.accept_after_s:

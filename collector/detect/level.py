@@ -58,6 +58,7 @@ EARLY_BLOCKS = 6  # a minute
 TIGHT = 0.03
 PHASE_MIB = 2048.0
 PHASE_FRACTION = 0.15
+DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
 ANCHOR_FROM, ANCHOR_TO = 120.0, 20.0  # the step anchor: blocks that ended this long ago
 
 
@@ -235,7 +236,7 @@ class ActivityLevel:
 
     def end_episode(self, ts: float | None = None, learn_dip: bool = False, dip_max_s: float = 0.0) -> None:
         """Close the fall being judged; one that recovered within ``dip_max_s`` is remembered as a dip."""
-        if learn_dip and ts is not None and self.ep_n and ts - self.ep_start <= dip_max_s:
+        if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             self.dips.append((self.ep_start, self.ep_sum / self.ep_n / self.ep_ref, ts - self.ep_start))
         self.ep_ref = 0.0
         self.ep_mode = ""
