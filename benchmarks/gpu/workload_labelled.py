@@ -27,6 +27,7 @@ agent's samples. A process's first seconds (CUDA start-up, calibration) are labe
 
     python benchmarks/gpu/workload_labelled.py LABELS.json          # the whole run
     python benchmarks/gpu/workload_labelled.py --job train MARKS     # one job (used by the run)
+    GPUWATCH_WORKLOAD_SCALE=0.05 python benchmarks/gpu/workload_labelled.py L.json   # a 30 s dry run
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
           "launch": "launch_bound"}
 # (phase, seconds) per job, in order
@@ -100,7 +102,7 @@ def _train(marks: Path) -> None:
     burners: list[subprocess.Popen[bytes]] = []
     for phase, seconds in TRAIN:
         mark(marks, phase)
-        end = time.time() + seconds
+        end = time.time() + seconds * SCALE
         if phase == "contention":
             spin = f"import time\nend = {end}\nwhile time.time() < end:\n    pass\n"
             burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4 * (os.cpu_count() or 1))]
@@ -138,7 +140,7 @@ def _tools(marks: Path) -> None:
     for phase, seconds in TOOLS:
         mark(marks, phase)
         begin = time.time()
-        end = begin + seconds
+        end = begin + seconds * SCALE
         if phase == "membound":
             big = torch.ones(8 * GIB, dtype=torch.bfloat16, device=dev)
         tiny = torch.zeros(1, device=dev)
@@ -177,7 +179,7 @@ def run(labels_path: Path) -> dict[str, Any]:
     for what, seconds in plan:
         if what == "idle":
             mark(marks, "idle")
-            time.sleep(seconds)
+            time.sleep(seconds * SCALE)
             continue
         mark(marks, "startup")
         subprocess.run([sys.executable, __file__, "--job", what, str(marks)], check=True)
