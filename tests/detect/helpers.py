@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from collector.detect import Anomaly, DetectionEngine, DetectorConfig
 from telemetry.records import GpuRecord, ProcessRecord
 
 T0 = 1_764_489_600.0
@@ -36,3 +37,16 @@ def trace(seconds: int, gpus: int, make: Callable[[float, int], GpuRecord | None
             rec = make(float(s), g)
             if rec is not None:
                 yield rec
+
+
+def run(records: Iterable[GpuRecord], config: DetectorConfig | None = None) -> list[Anomaly]:
+    """The anomalies a fresh engine opens over ``records``, in order."""
+    engine = DetectionEngine(config)
+    out: list[Anomaly] = []
+    for rec in records:
+        out.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
+    return out
+
+
+def kinds(anomalies: list[Anomaly]) -> list[tuple[str, str]]:
+    return [(a.kind, a.gpu) for a in anomalies]

@@ -11,22 +11,9 @@ from __future__ import annotations
 
 import math
 
-from collector.detect import Anomaly, DetectionEngine
-from tests.detect.helpers import T0, TOTAL, record, trace
+from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
 
 SERVE = {"reasons": 0, "clock": 1980.0}
-
-
-def run(records: object) -> list[Anomaly]:
-    engine = DetectionEngine()
-    out: list[Anomaly] = []
-    for rec in records:  # type: ignore[attr-defined]
-        out.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
-    return out
-
-
-def kinds(anomalies: list[Anomaly]) -> list[tuple[str, str]]:
-    return [(a.kind, a.gpu) for a in anomalies]
 
 
 # ---- item 1: baselines that survive start-up and recurrent dips ----

@@ -3,22 +3,10 @@ stays quiet through the normal behaviour that looks like the fault."""
 
 from __future__ import annotations
 
-from collector.detect import Anomaly, DetectionEngine, DetectorConfig
+from collector.detect import DetectionEngine, DetectorConfig
 from collector.detect.xid import XIDS, describe
 from telemetry.records import EventRecord
-from tests.detect.helpers import T0, TOTAL, record, trace
-
-
-def run(records: object, config: DetectorConfig | None = None) -> list[Anomaly]:
-    engine = DetectionEngine(config)
-    out: list[Anomaly] = []
-    for rec in records:  # type: ignore[attr-defined]
-        out.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
-    return out
-
-
-def kinds(anomalies: list[Anomaly]) -> list[tuple[str, str]]:
-    return [(a.kind, a.gpu) for a in anomalies]
+from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
 
 
 def test_thermal_throttle_fires_with_reason_and_temperature_as_causes() -> None:
