@@ -4,6 +4,12 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_replay.py                  # writes a 32-GPU x 1 h trace to a temp file
     .venv/bin/python benchmarks/bench_replay.py --trace t.jsonl  # or times an existing trace
+    .venv/bin/python benchmarks/bench_replay.py --baseline HEAD~1  # and the same trace on another commit
+
+With ``--baseline REV`` the same trace is also replayed by that commit's code (``git
+archive`` into a temporary directory, run in a subprocess), alternating with this tree's
+runs, and the result gives the ratio: the comparison the figures need, made in one run
+on the same machine and load.
 
 It times what the command does, end to end: reading the JSON Lines file, parsing and
 validating each record (telemetry.records), and every detector (collector.detect), the
@@ -19,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +37,24 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from benchmarks.incidents.generate import Fleet
 from collector.detect.replay import read_trace, replay
+from telemetry.records import GpuRecord
+
+_BASELINE = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from collector.detect.replay import read_trace, replay
+began, cpu = time.perf_counter(), time.process_time()
+result = replay(read_trace(sys.argv[2]))
+print(json.dumps({"s": time.perf_counter() - began, "cpu_s": time.process_time() - cpu,
+                  "anomalies": len(result.anomalies)}))
+"""
+
+
+def _time_baseline(base_dir: str, trace: str) -> dict[str, float]:
+    """One replay of ``trace`` by the code in ``base_dir``, in a subprocess on the same CPU."""
+    done = subprocess.run([sys.executable, "-c", _BASELINE, base_dir, trace], capture_output=True, text=True,
+                          check=True, env={**os.environ, "PYTHONPATH": base_dir})
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def main() -> int:
@@ -38,6 +64,7 @@ def main() -> int:
     p.add_argument("--hours", type=float, default=1.0)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", help="write the result here")
+    p.add_argument("--baseline", metavar="REV", help="also time the same trace on this commit (ratio in the result)")
     args = p.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
@@ -46,12 +73,18 @@ def main() -> int:
     if path is None:
         tmp = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8")  # noqa: SIM115
         for rec in Fleet(nodes=args.nodes, hours=args.hours, seed=1).records():
-            tmp.write(rec.to_json() + "\n")
+            if isinstance(rec, GpuRecord):  # the replay format has no events
+                tmp.write(rec.to_json() + "\n")
         tmp.close()
         path = tmp.name
     size = os.path.getsize(path)
-    best = best_cpu = float("inf")
-    records = anomalies = 0
+    base_dir = tempfile.mkdtemp(prefix="gpuwatch-baseline-") if args.baseline else None
+    if base_dir is not None:
+        root = Path(__file__).resolve().parent.parent
+        archive = subprocess.run(["git", "-C", str(root), "archive", args.baseline], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", base_dir], input=archive.stdout, check=True)
+    best = best_cpu = base_best = base_cpu = float("inf")
+    records = anomalies = base_anomalies = 0
     try:
         for _ in range(args.repeat):
             began, began_cpu = time.perf_counter(), time.process_time()
@@ -59,13 +92,23 @@ def main() -> int:
             best = min(best, time.perf_counter() - began)
             best_cpu = min(best_cpu, time.process_time() - began_cpu)
             records, anomalies = result.records, len(result.anomalies)
+            if base_dir is not None:
+                b = _time_baseline(base_dir, path)
+                base_best, base_cpu = min(base_best, b["s"]), min(base_cpu, b["cpu_s"])
+                base_anomalies = b["anomalies"]
     finally:
         if tmp is not None:
             os.unlink(tmp.name)
+        if base_dir is not None:
+            shutil.rmtree(base_dir, ignore_errors=True)
     out = {"records": records, "bytes": size, "anomalies": anomalies, "best_s": round(best, 3),
            "records_per_s": round(records / best), "cpu_s": round(best_cpu, 3),
            "records_per_cpu_s": round(records / best_cpu), "load_avg_1m": os.getloadavg()[0],
            "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    if base_dir is not None:
+        out.update({"baseline": args.baseline, "baseline_records_per_s": round(records / base_best),
+                    "baseline_records_per_cpu_s": round(records / base_cpu), "baseline_anomalies": base_anomalies,
+                    "ratio_wall": round(base_best / best, 3), "ratio_cpu": round(base_cpu / best_cpu, 3)})
     print(json.dumps(out))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

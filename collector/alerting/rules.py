@@ -9,7 +9,12 @@ Format (see collector/alerting/default_rules.yaml)::
 
     defaults: {group_by: [service, kind], group_wait: 0s, group_interval: 30s,
                repeat_interval: 4h, send_resolved: true}
-    detectors: {idle_after: 10m}               # optional detector settings
+    detectors:                                 # optional detector settings
+      idle_after: 10m
+      metrics:                                 # the general-purpose detector, per metric
+        DCGM_FI_DEV_MEMORY_TEMP: {min_change: 5, threshold: 0.9}
+        DCGM_FI_DEV_POWER_USAGE: off           # a default metric, not watched
+        DCGM_FI_DEV_ENC_UTIL: {range: [0, 100], every: 1m, at_plateau: false}
     channels:
       pager: {type: pagerduty, routing_key_env: GPUWATCH_PAGERDUTY_KEY}
       chat:  {type: slack, url_file: /run/secrets/slack-webhook}
@@ -28,7 +33,7 @@ Format (see collector/alerting/default_rules.yaml)::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +41,8 @@ import yaml
 
 from collector.alerting.secret import Secret, SecretError
 from collector.detect.anomaly import SEVERITIES, Severity
+from collector.detect.finding import DEFAULT_METRICS, MetricSpec
+from telemetry.catalog import BY_KEY
 
 ChannelType = Literal["slack", "pagerduty", "alertmanager", "webhook"]
 CHANNEL_TYPES: tuple[ChannelType, ...] = ("slack", "pagerduty", "alertmanager", "webhook")
@@ -96,6 +103,7 @@ class RuleSet:
     channels: dict[str, Channel] = field(default_factory=dict)
     errors: list[RuleError] = field(default_factory=list)
     idle_after_s: float | None = None  # ``detectors.idle_after``: the idle allocated GPU detector's wait
+    metrics: tuple[MetricSpec, ...] | None = None  # ``detectors.metrics``: the general-purpose detector's
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -228,9 +236,11 @@ def _detectors(spec: Any, out: RuleSet, path: str, line: int) -> None:
         out.errors.append(RuleError(path, line, "detectors must be a mapping"))
         return
     line = int(spec.get(_LINE, line))
-    unknown = set(spec) - {"idle_after", _LINE}
+    unknown = set(spec) - {"idle_after", "metrics", _LINE}
     if unknown:
         out.errors.append(RuleError(path, line, f"detectors: unknown keys {sorted(unknown)}"))
+    if "metrics" in spec:
+        out.metrics = _metrics(spec["metrics"], out, path, line)
     if "idle_after" in spec:
         try:
             value = parse_duration(spec["idle_after"])
@@ -239,6 +249,82 @@ def _detectors(spec: Any, out: RuleSet, path: str, line: int) -> None:
             out.idle_after_s = value
         except ValueError as exc:
             out.errors.append(RuleError(path, line, f"detectors.idle_after: {exc}"))
+
+
+_METRIC_KEYS = {"range", "every", "threshold", "probation", "min_change", "at_plateau", _LINE}
+
+
+def _metrics(spec: Any, out: RuleSet, path: str, line: int) -> tuple[MetricSpec, ...]:
+    """The defaults, changed, removed (``off``) or added to, metric by metric; a bad entry is
+    an error with its line and leaves that metric as it was."""
+    specs = {m.metric: m for m in DEFAULT_METRICS}
+    if spec is None:
+        return tuple(specs.values())
+    if not isinstance(spec, dict):
+        out.errors.append(RuleError(path, line, "detectors.metrics must map metric names to settings or off"))
+        return tuple(specs.values())
+    line = int(spec.get(_LINE, line))
+    for name, value in spec.items():
+        if name == _LINE:
+            continue
+        where = f"detectors.metrics.{name}"
+        at = int(value.get(_LINE, line)) if isinstance(value, dict) else line
+        try:
+            if name not in BY_KEY:
+                raise ValueError("unknown metric (not in the catalog: see gpuwatch catalog)")
+            if value is False or value == "off":
+                specs.pop(name, None)
+                continue
+            specs[name] = _metric(name, value, specs.get(name))
+        except (ValueError, TypeError) as exc:
+            out.errors.append(RuleError(path, at, f"{where}: {exc}"))
+    return tuple(specs.values())
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number")
+    return float(value)
+
+
+def _metric(name: str, value: Any, base: MetricSpec | None) -> MetricSpec:
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping of settings, or off")
+    unknown = set(value) - _METRIC_KEYS
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}")
+    changes: dict[str, Any] = {}
+    if "range" in value:
+        rng = value["range"]
+        if not isinstance(rng, list) or len(rng) != 2:
+            raise ValueError("range must be [low, high]")
+        lo, hi = _number(rng[0], "range"), _number(rng[1], "range")
+        if not lo < hi:
+            raise ValueError("range must be [low, high] with low < high")
+        changes["lo"], changes["hi"] = lo, hi
+    elif base is None:
+        raise ValueError("a metric without a default needs range: [low, high]")
+    if "every" in value:
+        changes["every_s"] = parse_duration(value["every"])
+        if changes["every_s"] <= 0:
+            raise ValueError("every must be positive")
+    if "threshold" in value:
+        changes["threshold"] = _number(value["threshold"], "threshold")
+        if not 0 < changes["threshold"] <= 1:
+            raise ValueError("threshold must be in (0, 1]")
+    if "probation" in value:
+        changes["probation_s"] = parse_duration(value["probation"])
+    if "min_change" in value:
+        changes["min_change"] = _number(value["min_change"], "min_change")
+        if changes["min_change"] < 0:
+            raise ValueError("min_change must not be negative")
+    if "at_plateau" in value:
+        if not isinstance(value["at_plateau"], bool):
+            raise ValueError("at_plateau must be true or false")
+        changes["at_plateau"] = value["at_plateau"]
+    if base is None:
+        return MetricSpec(name, changes.pop("lo"), changes.pop("hi"), **changes)
+    return replace(base, **changes)
 
 
 def parse_rules(text: str, path: str = "<rules>") -> RuleSet:

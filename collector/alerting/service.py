@@ -17,6 +17,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -129,7 +130,11 @@ def from_rules_file(pool: Any, path: str | None) -> DetectionService:
         log.error("alert rules: %s", error)
     from collector.detect.finding import DetectorConfig
 
-    config = DetectorConfig() if rules.idle_after_s is None else DetectorConfig(idle_after_s=rules.idle_after_s)
+    config = DetectorConfig()
+    if rules.idle_after_s is not None:
+        config = replace(config, idle_after_s=rules.idle_after_s)
+    if rules.metrics is not None:
+        config = replace(config, metrics=rules.metrics)
     service = DetectionService(pool, rules, engine=DetectionEngine(config))
     service.counters["rule_errors"] = len(rules.errors)
     if path:

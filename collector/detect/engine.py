@@ -13,6 +13,12 @@ generic ones on the same GPU: while a GPU is throttled, its lower SM activity is
 cause of the throttle anomaly, not a second anomaly; while it is lost, nothing else is
 judged. Baselines are not updated while a performance condition holds, so an incident
 does not become the new normal.
+
+A lost GPU is reported on evidence only: the agent's ``gpu_lost`` event (NVML said so) or
+XID 79. Silence is not evidence: samples come late when the agent's CPU budget stretches
+its intervals, stop for a while when the agent restarts, and stop for a subset of a
+node's GPUs when one Kafka partition stalls or moves to another collector replica; the
+pipeline reports those (consumer stall and lag metrics), not the GPU.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from collector.detect import activity, errors, memory, throttle
+from collector.detect import activity, errors, general, launch, memory, throttle
 from collector.detect.anomaly import SEVERITIES, Anomaly
-from collector.detect.baseline import SeasonalBaseline
 from collector.detect.finding import DetectorConfig, Finding
+from collector.detect.level import ActivityLevel
 from collector.detect.state import (
+    DRAM_ACTIVE,
     ECC_DBE,
     ECC_SBE,
     FB_FREE,
@@ -34,6 +41,8 @@ from collector.detect.state import (
     GPU_TEMP,
     GPU_UTIL,
     PCIE_REPLAY,
+    PCIE_RX,
+    PCIE_TX,
     POWER,
     POWER_LIMIT,
     REASONS,
@@ -45,9 +54,10 @@ from collector.detect.state import (
 from collector.detect.xid import describe
 from telemetry.records import EventRecord, GpuRecord
 
-PERF_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop", "idle_allocated"})
-EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising"})
-_STALE_CHECK_EVERY = 5.0
+PERF_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop", "idle_allocated",
+                        "launch_bound"})
+FREEZE_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
+EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
 
 
@@ -67,8 +77,7 @@ class DetectionEngine:
         self.gpus: dict[str, GpuState] = {}
         self.pods: dict[str, dict[str, GpuState]] = {}
         self.services: dict[str, dict[str, GpuState]] = {}
-        self.node_ts: dict[str, float] = {}
-        self._stale_checked: dict[str, float] = {}
+        self.service_changed: dict[str, float] = {}  # when a replica last joined, left or restarted
         self.records = 0
 
     # ---- input ----
@@ -87,21 +96,17 @@ class DetectionEngine:
         self._identity(st, record, ts)
         m = record.metrics
         sm = m.get(SM_ACTIVE)
-        if sm is None:
-            util = m.get(GPU_UTIL)
-            sm = None if util is None else util / 100.0
-        st.sm = sm
+        util = m.get(GPU_UTIL)
+        st.util = util
+        if sm is not None and util is not None and record.processes:
+            launch.smooth(st, ts, sm, util / 100.0)
+        else:
+            st.util_slow = -1.0
+        st.sm = sm if sm is not None else (None if util is None else util / 100.0)
         st.clock = m.get(SM_CLOCK)
         st.temp = m.get(GPU_TEMP)
         st.reasons = int(m.get(REASONS, 0))
-        changes = self._judge(st, ts, m)
-        node_ts = self.node_ts.get(st.node, 0.0)
-        if ts > node_ts:
-            self.node_ts[st.node] = ts
-            if ts - self._stale_checked.get(st.node, 0.0) >= _STALE_CHECK_EVERY:
-                self._stale_checked[st.node] = ts
-                changes.extend(self._stale(st.node, ts))
-        return changes
+        return self._judge(st, ts, m)
 
     def feed_event(self, event: EventRecord) -> list[Change]:
         """An XID or GPU-lost event from the agent's event stream."""
@@ -113,6 +118,8 @@ class DetectionEngine:
             finding = errors.xid_finding(st, event.code, self.cfg)
         elif event.kind == "gpu_lost":
             finding = self._lost_finding(st, event.detail or "the agent lost the GPU")
+        elif event.kind == "gpu_recovered":
+            return self._recovered(st, event.ts)
         return self._apply(st, event.ts, [finding] if finding else [], complete=False)
 
     def feed_all(self, records: Iterable[GpuRecord]) -> list[Change]:
@@ -127,24 +134,31 @@ class DetectionEngine:
     # ---- state ----
     def _identity(self, st: GpuState, record: GpuRecord, ts: float) -> None:
         procs = record.processes
+        if len(procs) == 1 and len(st.pids) == 1 and procs[0].pid in st.pids:
+            return  # the common case, without building a set
         pids = frozenset(p.pid for p in procs)
         if pids == st.pids:
             return
         st.pids, st.pids_since = pids, ts
-        st.sm_base = SeasonalBaseline(1800.0)  # a new workload: its own normal
+        st.level = ActivityLevel(ts)  # a new workload: its own normal
         st.fb.clear()
         st.leak = None
+        st.watches.clear()
         who = next((p for p in procs if p.pod), procs[0] if procs else None)
         ns, pod, svc = (who.namespace, who.pod, who.service) if who else (None, None, None)
+        if st.service_key is not None:
+            self.service_changed[st.service_key] = ts  # a replica left or restarted: load moves
         if (ns, pod, svc) == (st.namespace, st.pod, st.service):
             return
         for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
             if key is not None and key in groups:
                 groups[key].pop(st.gpu, None)
-        st.namespace, st.pod, st.service = ns, pod, svc
+        st.set_identity(ns, pod, svc)
         for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
             if key is not None:
                 groups.setdefault(key, {})[st.gpu] = st
+        if st.service_key is not None:
+            self.service_changed[st.service_key] = ts  # a replica joined
 
     def _peers(self, groups: dict[str, dict[str, GpuState]], key: str | None, st: GpuState,
                ts: float) -> list[GpuState]:
@@ -173,45 +187,63 @@ class DetectionEngine:
             st.leak = memory.leak(st, ts, used, total, cfg)
         if st.leak is not None:
             found.append(st.leak)
+        lv = st.level
+        if st.sm is not None and st.pids:
+            frozen = bool(lv.ep_ref) or (bool(st.open or st.pending) and (
+                any(k in FREEZE_KINDS for k in st.open) or any(k in FREEZE_KINDS for k in st.pending)))
+            lv.update(ts, st.sm, m.get(FB_USED), learn=not frozen)
+            st.sm_rel = lv.fast / lv.level if lv.established else 1.0
         perf = throttle.thermal(st, cfg) or throttle.power(st, cfg, m.get(POWER), m.get(POWER_LIMIT))
-        pod_peers = self._peers(self.pods, st.pod_key, st, ts)
+        pod_peers = self._peers(self.pods, st.pod_key, st, ts) if st.pod_key is not None else []
         if perf is None:
             perf = activity.straggler(st, ts, cfg, pod_peers)
         if perf is None:
-            svc_peers = [] if pod_peers else self._peers(self.services, st.service_key, st, ts)
-            perf = activity.throughput(st, ts, cfg, pod_peers, svc_peers)
+            if lv.ep_ref or lv.may_fall(cfg.drop_ratio, cfg.step_ratio):
+                svc_key = st.service_key
+                svc_peers = [p for p in self._peers(self.services, svc_key, st, ts) if p.pod_key != st.pod_key]
+                perf = activity.throughput(st, ts, cfg, pod_peers, svc_peers,
+                                           self.service_changed.get(svc_key, -1e18) if svc_key else -1e18)
+        else:
+            lv.end_episode()  # a more specific explanation holds
+        if perf is None and st.util_slow >= 0:
+            pcie = None
+            tx, rx = m.get(PCIE_TX), m.get(PCIE_RX)
+            if tx is not None or rx is not None:
+                pcie = (tx or 0.0) + (rx or 0.0)
+            perf = launch.launch_bound(st, cfg, m.get(DRAM_ACTIVE), pcie)
         if perf is None:
             perf = activity.idle_allocated(st, cfg)
         elif perf.kind in ("thermal_throttle", "power_throttle"):
-            self._add_activity_cause(st, ts, perf)
+            self._add_activity_cause(st, perf)
         if perf is not None:
             found.append(perf)
-        self._learn(st, ts, perf)
+        if cfg.metrics and st.pids and not found and ts - st.watch_ts >= general.EVERY:
+            # (not while another finding explains the metrics better)
+            unusual = general.observe(st, ts, m, cfg.metrics)
+            if unusual is not None:
+                found.append(unusual)
+        self._learn(st, ts, perf, m.get(POWER), m.get(POWER_LIMIT))
         return self._apply(st, ts, found, complete=True)
 
     @staticmethod
-    def _add_activity_cause(st: GpuState, ts: float, perf: Finding) -> None:
-        base = st.sm_base.current(ts)
-        if st.sm is not None and base.count >= 60 and base.level > 0.2 and st.sm < 0.9 * base.level:
-            perf.causes.append(f"SM activity {st.sm:.2f} vs baseline {base.level:.2f}: the throttle costs throughput")
+    def _add_activity_cause(st: GpuState, perf: Finding) -> None:
+        lv = st.level
+        if st.sm is not None and lv.established and lv.fast < 0.9 * lv.level:
+            perf.causes.append(f"SM activity {lv.fast:.2f} vs working level {lv.level:.2f}: the throttle costs "
+                               f"throughput")
 
     @staticmethod
-    def _learn(st: GpuState, ts: float, perf: Finding | None) -> None:
-        holding = perf is not None and perf.kind != "idle_allocated"
-        frozen = holding or any(k in PERF_KINDS and k != "idle_allocated" for k in st.open)
-        if st.sm is not None and st.pids:
-            if not frozen:
-                st.sm_base.update(ts, st.sm)
-            base = st.sm_base.current(ts)
-            st.sm_rel = st.sm / base.level if base.count >= 60 and base.level > 0.05 else 1.0
-            st.sm_rel_ts = ts
-        if frozen:
-            return
+    def _learn(st: GpuState, ts: float, perf: Finding | None, power_w: float | None, limit_w: float | None) -> None:
+        """Clock and temperature baselines, unless a performance condition holds."""
         if ts - st.slow_ts < _SLOW_EVERY:
             return  # clock and temperature baselines move slowly: one sample in five seconds is plenty
+        if (perf is not None and perf.kind in FREEZE_KINDS) or any(k in FREEZE_KINDS for k in st.open):
+            return
         st.slow_ts = ts
         if st.clock is not None and st.sm is not None and st.sm >= 0.5:
             st.clock_base.update(ts, st.clock)
+            if st.reasons & 0x4 and throttle.at_limit(st, power_w, limit_w):
+                st.cap_clock_base.update(ts, st.clock)
         if st.temp is not None:
             st.temp_base.update(ts, st.temp)
 
@@ -220,19 +252,18 @@ class DetectionEngine:
         return Finding("gpu_lost", "critical", XID, f"{st.where()} is lost ({info.name})",
                        [why, f"suggested action: {info.action}"], 0.0)
 
-    def _stale(self, node: str, ts: float) -> list[Change]:
-        out: list[Change] = []
-        for st in self.gpus.values():
-            if st.node != node or st.last_ts <= 0:
-                continue
-            silent = ts - st.last_ts
-            if silent >= self.cfg.lost_after_s:
-                why = f"no samples for {silent:.0f} s while other GPUs of {node} keep reporting"
-                out.extend(self._apply(st, ts, [self._lost_finding(st, why)], complete=False))
-        return out
+    def _recovered(self, st: GpuState, ts: float) -> list[Change]:
+        opened = st.open.pop("gpu_lost", None)
+        st.pending.pop("gpu_lost", None)
+        if opened is None:
+            return []
+        opened[0].end = ts
+        return [Change("close", opened[0])]
 
     # ---- hysteresis ----
     def _apply(self, st: GpuState, ts: float, found: list[Finding], complete: bool) -> list[Change]:
+        if not found and not st.pending and not st.open:
+            return []  # the common case
         changes: list[Change] = []
         if "gpu_lost" in st.open and not any(f.kind == "gpu_lost" for f in found):
             found = []  # a lost GPU's other readings mean nothing until it is back

@@ -53,11 +53,6 @@ def ecc_dbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
                    causes, 0.0)
 
 
-def _thin(hist: deque[tuple[float, float]], ts: float, value: float, every: float) -> None:
-    if not hist or ts - hist[-1][0] >= every:
-        hist.append((ts, value))
-
-
 def _value_at(hist: deque[tuple[float, float]], ts: float) -> tuple[float, float] | None:
     """The newest (ts, value) at or before ``ts``."""
     best = None
@@ -73,6 +68,8 @@ def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
     hist = st.sbe_hist
     if hist and ts - hist[-1][0] < 5.0:
         return st.sbe_finding  # judged again only when a new sample is kept
+    if hist and st.sbe_finding is None and value == hist[0][1] and value == hist[-1][1]:
+        return None  # no new errors ever: nothing to keep (the first sample stands for all of them)
     hist.append((ts, value))
     st.sbe_finding = None
     if value == hist[0][1]:
@@ -96,7 +93,8 @@ def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfi
     if value is None:
         return None
     hist = st.replay_hist
-    _thin(hist, ts, value, 1.0)
+    if not hist or ts - hist[-1][0] >= 1.0:
+        hist.append((ts, value))
     if value == hist[0][1]:
         return None  # no replays in the whole history: the common case, and cheap
     old = _value_at(hist, ts - 10.0)

@@ -22,18 +22,43 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric watched by the general-purpose detector (collector/detect/general.py)."""
+
+    metric: str  # DCGM field name
+    lo: float  # the range its bins span (values outside it are novel by definition)
+    hi: float
+    every_s: float = 60.0  # one value per this long: the mean of the samples in it
+    threshold: float = 0.9  # the detector's score (0-1) that makes an anomaly
+    probation_s: float = 1800.0  # learned first (minutes at work, outside other anomalies), never judged
+    at_plateau: bool = True  # only samples of a steady workload at its working level (the same load)
+    min_change: float = 0.0  # and only a value at least this far outside the range seen so far
+
+
+DEFAULT_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("DCGM_FI_DEV_POWER_USAGE", 0.0, 1000.0, min_change=50.0),
+    MetricSpec("DCGM_FI_DEV_MEMORY_TEMP", 0.0, 110.0, min_change=5.0),
+    MetricSpec("DCGM_FI_PROF_DRAM_ACTIVE", 0.0, 1.0, min_change=0.1),
+)
+
+
+@dataclass(frozen=True, slots=True)
 class DetectorConfig:
     """Thresholds of the detectors; defaults are what the incident suite was tuned on."""
 
     idle_after_s: float = 600.0  # idle allocated GPU: SM activity near zero for this long
     idle_sm: float = 0.02
-    warmup_s: float = 120.0  # a new workload's baseline needs this much history first
-    drop_ratio: float = 0.6  # SM activity below this fraction of its baseline is a drop
-    drop_hold_s: float = 15.0  # a drop on one GPU/pod while its peers are fine
-    alone_hold_s: float = 60.0  # a drop with no peers to compare against
-    sync_hold_s: float = 600.0  # a drop shared by the whole pod or service (load cycle, eval pause?)
+    drop_ratio: float = 0.6  # a steady workload's SM activity below this fraction of its level is a fall
+    step_ratio: float = 0.65  # a demand-driven one's below this fraction of where it just was is a step
+    steady_hold_s: float = 60.0  # a steady workload's fall on one GPU must outlast this
+    pod_hold_s: float = 150.0  # ... and a fall shared by every GPU of a multi-GPU pod (evaluation, checkpoint?)
+    demand_hold_s: float = 25.0  # a demand-driven workload's unexplained step must stay down this long
+    accept_after_s: float = 1800.0  # a fall that lasts this long is the workload's new normal
     straggler_ratio: float = 0.75
     straggler_hold_s: float = 15.0
+    launch_util: float = 0.2  # launch-bound: GPU utilisation (ratio) at least this ...
+    launch_ratio: float = 4.0  # ... and at least this many times SM activity ...
+    launch_hold_s: float = 90.0  # ... for this long
     throttle_hold_s: float = 5.0
     clock_drop_ratio: float = 0.85
     leak_window_s: float = 60.0
@@ -42,6 +67,6 @@ class DetectorConfig:
     replay_rate: float = 5.0  # PCIe replays per second that make a storm
     sbe_window_s: float = 300.0
     sbe_min: int = 10
-    lost_after_s: float = 30.0  # a GPU silent this long while its node's others report
     close_after_s: float = 30.0  # a condition clear this long closes the anomaly
     event_close_after_s: float = 300.0  # one-off events (XID, DBE) stay open this long after the last
+    metrics: tuple[MetricSpec, ...] = DEFAULT_METRICS  # the general-purpose detector's metrics

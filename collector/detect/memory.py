@@ -5,7 +5,9 @@ a cache warming up, or an allocator grabbing a block are steps and ramps that st
 leak is growth that keeps going at a steady rate. The detector fits a line to the used
 memory of the last minute (and of the last five minutes), asks for a good fit, growth in
 every quarter of the window, and enough of it, and projects when the GPU runs out.
-Samples before the current process set started are never used, so job starts do not count.
+Samples before the current process set started, and from its first ``STARTUP_S`` seconds
+(loading a model's weights grows memory steadily for a minute or more), are never used,
+so job starts do not count.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import FB_USED, GpuState
 
 EVERY = 5.0  # seconds between kept samples
+STARTUP_S = 120.0  # a process's first minutes: loading weights and allocating caches, not leaking
 
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -37,7 +40,7 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def _window(st: GpuState, ts: float, span: float) -> list[tuple[float, float]]:
-    start = max(ts - span, st.pids_since)
+    start = max(ts - span, st.pids_since + STARTUP_S)
     return [p for p in st.fb if p[0] >= start]
 
 

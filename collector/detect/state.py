@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from collector.detect.anomaly import Anomaly
-from collector.detect.baseline import RobustBaseline, SeasonalBaseline
+from collector.detect.baseline import RobustBaseline
 from collector.detect.finding import Finding
+from collector.detect.level import ActivityLevel
+
+if TYPE_CHECKING:
+    from collector.detect.general import Watch
 
 # DCGM field names (TELEMETRY.md)
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
@@ -27,6 +32,9 @@ POWER = "DCGM_FI_DEV_POWER_USAGE"
 POWER_LIMIT = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
 PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
 XID = "DCGM_FI_DEV_XID_ERRORS"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
+PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"
 ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 
@@ -52,18 +60,26 @@ class GpuState:
     namespace: str | None = None
     pod: str | None = None
     service: str | None = None
+    pod_key: str | None = None  # namespace/pod
+    service_key: str | None = None  # namespace/service (else the pod's)
     # current readings
     sm: float | None = None
+    util: float | None = None  # GPU utilisation, % (kernel resident)
     clock: float | None = None
     temp: float | None = None
     reasons: int = 0
+    limit_max: float = 0.0  # the highest power limit seen (W): the GPU's rated limit
     # baselines
-    sm_base: SeasonalBaseline = field(default_factory=lambda: SeasonalBaseline(1800.0))
+    level: ActivityLevel = field(default_factory=lambda: ActivityLevel(0.0))
     clock_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))
+    cap_clock_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))  # at the power cap
     temp_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))
     slow_ts: float = -1e18  # when the clock and temperature baselines last learned
-    sm_rel: float = 1.0  # sm / own baseline, for peers to compare against
-    sm_rel_ts: float = -1.0
+    sm_rel: float = 1.0  # recent SM activity / own working level, for peers to compare against
+    # launch-bound: slow means of utilisation (ratio 0-1) and SM activity, and when last folded
+    util_slow: float = -1.0
+    sm_slow: float = 0.0
+    launch_ts: float = 0.0
     # memory: (ts, used MiB) every few seconds, and the total
     fb: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))
     fb_total: float = 0.0
@@ -77,19 +93,18 @@ class GpuState:
     xid_ts: float = -1e18
     leak: Finding | None = None
     sbe_finding: Finding | None = None
+    # the general-purpose detector: one watch per metric, and when another anomaly was last open
+    watches: dict[str, Watch] = field(default_factory=dict)
+    watch_ts: float = -1e18
+    other_ts: float = -1e18
     # hysteresis: since when each kind's condition holds; open anomalies and when last true
     pending: dict[str, float] = field(default_factory=dict)
     open: dict[str, tuple[Anomaly, float]] = field(default_factory=dict)
 
-    @property
-    def pod_key(self) -> str | None:
-        return f"{self.namespace}/{self.pod}" if self.pod else None
-
-    @property
-    def service_key(self) -> str | None:
-        if self.service:
-            return f"{self.namespace}/{self.service}"
-        return self.pod_key
+    def set_identity(self, namespace: str | None, pod: str | None, service: str | None) -> None:
+        self.namespace, self.pod, self.service = namespace, pod, service
+        self.pod_key = f"{namespace}/{pod}" if pod else None
+        self.service_key = f"{namespace}/{service}" if service else self.pod_key
 
     def where(self) -> str:
         """How a summary names this GPU: index and node, then pod and service where known."""

@@ -3,11 +3,18 @@
 Why both the reason bits and the baseline: a GPU at its power cap under a heavy matmul
 reports SW_POWER_CAP all the time (GPU-FACTS.md: 692 W of 700 W) and that is normal;
 what matters is the SM clock falling well below what this GPU normally holds when busy.
+At its full rated power, that is the clock it holds *at the cap* (a second baseline): a
+GPU that reaches the cap because its load rose (a serving replica taking more traffic)
+is capped as designed, not throttled, while one that holds far lower clocks there than it
+used to is. Below its rated power, a cap means a lowered limit or a cap that bites below
+the limit (a power-delivery or BMC cap). HW slowdown (0x8) counts whatever the power.
 Thermal reasons (SW/HW thermal) are never normal, and HW power brake is an external
 signal that slows the GPU to a crawl, so those fire on the bit alone.
 """
 
 from __future__ import annotations
+
+import math
 
 from collector.detect.anomaly import Severity
 from collector.detect.finding import DetectorConfig, Finding
@@ -16,6 +23,7 @@ from collector.detect.state import GPU_TEMP, SM_CLOCK, GpuState, reason_names
 THERMAL_BITS = 0x20 | 0x40
 POWER_BITS = 0x4 | 0x8
 BRAKE_BIT = 0x80
+AT_LIMIT = 0.9  # power within 10% of the highest limit this GPU had: at its cap, not held below it
 
 
 def _clock_cause(st: GpuState) -> str | None:
@@ -44,16 +52,28 @@ def thermal(st: GpuState, cfg: DetectorConfig) -> Finding | None:
     return Finding("thermal_throttle", severity, GPU_TEMP, summary, causes, cfg.throttle_hold_s)
 
 
+def at_limit(st: GpuState, power_w: float | None, limit_w: float | None) -> bool:
+    """Drawing (about) the full rated power: the highest limit this GPU has had."""
+    return power_w is not None and st.limit_max > 0 and power_w >= AT_LIMIT * st.limit_max \
+        and (limit_w is None or limit_w >= AT_LIMIT * st.limit_max)
+
+
 def power(st: GpuState, cfg: DetectorConfig, power_w: float | None, limit_w: float | None) -> Finding | None:
+    if limit_w is not None and limit_w > st.limit_max:
+        st.limit_max = limit_w
     brake = bool(st.reasons & BRAKE_BIT)
-    capped = bool(st.reasons & POWER_BITS) and st.clock is not None and st.clock_base.count >= 30 \
-        and st.clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= 0.2
+    clock = st.clock if st.clock is not None else math.inf
+    capped = bool(st.reasons & POWER_BITS) and st.clock_base.count >= 30 \
+        and clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= 0.2
+    if capped and not st.reasons & 0x8 and at_limit(st, power_w, limit_w) and (
+            st.cap_clock_base.count < 30 or clock >= cfg.clock_drop_ratio * st.cap_clock_base.level):
+        capped = False  # drawing its full rated power at the clock it holds there: the cap doing its job
     if not (brake or capped):
         return None
     causes = [f"clock event reason {reason_names(st.reasons & (POWER_BITS | BRAKE_BIT))}"]
-    clock = _clock_cause(st)
-    if clock:
-        causes.append(clock)
+    clock_cause = _clock_cause(st)
+    if clock_cause:
+        causes.append(clock_cause)
     if power_w is not None:
         causes.append(f"power {power_w:.0f} W" + (f" of a {limit_w:.0f} W limit" if limit_w else ""))
     summary = f"{st.where()} clocks held down by power" + (" brake" if brake else " capping")

@@ -13,7 +13,8 @@ that made CAD OSE strong on NAB: an anomaly is a *context* the series has never 
 
 The score is the larger of the two, in [0, 1]. An anomaly is an onset: a score is
 reported only when it exceeds everything of the last ``refractory`` steps (0 otherwise),
-so one incident gives one detection. The windowed-Gaussian surprise and relative-entropy
+so one incident gives one detection (``raw`` keeps the score before that gating, for callers
+that gate onsets their own way). The windowed-Gaussian surprise and relative-entropy
 parts we also tried lowered the NAB score (docs/benchmarks.md), so they are not here.
 """
 
@@ -46,6 +47,7 @@ class UnivariateDetector:
         self.tables: list[dict[tuple[int, ...], int]] = [{} for _ in ctx_weights]
         self.new_rate = [0.0 for _ in ctx_weights]
         self.past: deque[float] = deque(maxlen=self.refractory)
+        self.raw = 0.0  # the last value's score before onset gating (0 during probation)
 
     def update(self, value: float) -> float:
         """The anomaly score of this value, in [0, 1] (0 during probation and between onsets)."""
@@ -73,6 +75,7 @@ class UnivariateDetector:
             score = max(score, ctx)
         self.seen_min, self.seen_max = min(self.seen_min, x), max(self.seen_max, x)
         self.n += 1
+        self.raw = score if self.n > self.probation else 0.0
         onset = score if (not self.past or score > max(self.past)) else 0.0
         self.past.append(score)
         return onset if self.n > self.probation else 0.0

@@ -1,0 +1,214 @@
+"""A labelled real-GPU workload: normal phases and every incident we can cause safely.
+
+Why: the detectors must be judged on a real GPU's readings with the truth known, not only
+on generated traces. This script runs, one after the other, the jobs a node meets and
+writes a labels file: each phase with its start, its end and the anomaly it should cause
+(``expect``), or ``normal``. Nothing changes the GPU's settings (no clocks, no power
+limit, no ECC, no reset); every incident is caused by what the workload does:
+
+* **train** (a new process; each step prepares its batch on the CPU with all cores, copies
+  it in and runs bf16 matmuls and a backward pass, calibrated so the GPU is busy about
+  half of the step): training with an evaluation dip (forward only, small batch) and,
+  later, a checkpoint (weights copied to host memory); then, in the same process:
+  ``stall`` (input-bound: each step waits three steps' time for its batch) ->
+  ``throughput_drop``; ``contention``
+  (``4 x cores`` CPU-burning processes next to it: the CPU half of each step slows) ->
+  ``throughput_drop``; ``leak`` (1 GiB more kept every 2 s) -> ``memory_leak``; then the
+  process exits (a job stop);
+* **tools** (another new process): ``serve`` (requests at a varying rate with a burst: a
+  demand-driven phase), ``copy`` (host-to-device copies: copy-bound), ``membound``
+  (elementwise passes over 16 GiB: memory-bound), ``launch`` (a loop of tiny kernels, about
+  100,000 a second) -> ``launch_bound``; then it exits;
+* ``idle`` between and around them (no process on the GPU).
+
+Total about 8 minutes. The label times are wall-clock epoch seconds, the clock of the
+agent's samples. A process's first seconds (CUDA start-up, calibration) are labelled
+``startup`` (normal).
+
+    python benchmarks/gpu/workload_labelled.py LABELS.json          # the whole run
+    python benchmarks/gpu/workload_labelled.py --job train MARKS     # one job (used by the run)
+    GPUWATCH_WORKLOAD_SCALE=0.05 python benchmarks/gpu/workload_labelled.py L.json   # a 30 s dry run
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
+EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
+          "launch": "launch_bound"}
+# (phase, seconds) per job, in order
+TRAIN = (("train", 60.0), ("eval", 6.0), ("train", 12.0), ("stall", 70.0), ("train", 5.0), ("checkpoint", 6.0),
+         ("train", 9.0), ("contention", 70.0), ("train", 10.0), ("leak", 50.0))
+TOOLS = (("serve", 30.0), ("copy", 8.0), ("membound", 8.0), ("launch", 110.0))
+GIB = 1024**3
+
+
+def mark(marks: Path, phase: str) -> None:
+    with open(marks, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"phase": phase, "start": time.time(), "pid": os.getpid()}) + "\n")
+
+
+# ---- the jobs (each runs in its own process) ----
+def _train(marks: Path) -> None:
+    import torch
+
+    dev = torch.device("cuda")
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.ones(1, device=dev).sum().item()
+    w = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    ballast = torch.empty(40 * GIB, dtype=torch.uint8, device=dev)  # activations, optimizer state
+    host = torch.randn(1024, 1024)
+
+    def prepare() -> torch.Tensor:  # the input pipeline: decode and augment on the CPU
+        x = host
+        for _ in range(prep_rounds):
+            x = torch.tanh(x @ host)
+        return x[:64].to(dev, dtype=torch.bfloat16)
+
+    def gpu_work(batch: torch.Tensor, matmuls: int, grad: bool = True) -> None:
+        x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16) + batch.mean()
+        for _ in range(matmuls):
+            y = x @ w
+            if grad:
+                y.float().square().mean().backward()
+        torch.cuda.synchronize()
+
+    # calibration (part of start-up): the CPU half and the GPU half of a step about equal
+    prep_rounds = 1
+    t0 = time.perf_counter()
+    for _ in range(5):
+        prepare()
+    cpu_s = (time.perf_counter() - t0) / 5
+    t0 = time.perf_counter()
+    for _ in range(3):
+        gpu_work(torch.zeros(1, device=dev), 4)
+    gpu_s = (time.perf_counter() - t0) / 3 / 4
+    target = 0.08  # seconds of GPU work per step, and as many of CPU work
+    matmuls = max(1, round(target / gpu_s))
+    prep_rounds = max(1, round(target / max(cpu_s, 1e-4)))
+    t0 = time.perf_counter()
+    gpu_work(prepare(), matmuls)
+    step_s = time.perf_counter() - t0
+    kept: list[torch.Tensor] = []
+    burners: list[subprocess.Popen[bytes]] = []
+    for phase, seconds in TRAIN:
+        mark(marks, phase)
+        end = time.time() + seconds * SCALE
+        if phase == "contention":
+            spin = f"import time\nend = {end}\nwhile time.time() < end:\n    pass\n"
+            burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4 * (os.cpu_count() or 1))]
+        grow_at = time.time()
+        while time.time() < end:
+            if phase == "eval":
+                gpu_work(prepare()[:8], max(1, matmuls // 4), grad=False)
+                time.sleep(0.05)
+            elif phase == "checkpoint":  # weights and state to host memory
+                w.detach().cpu()
+                ballast[: 4 * GIB].cpu()
+            elif phase == "stall":  # waiting on input: one step, then three steps' time for the next batch
+                gpu_work(prepare(), matmuls)
+                time.sleep(3 * step_s)
+            else:
+                if phase == "leak" and time.time() >= grow_at:
+                    kept.append(torch.ones(GIB, dtype=torch.uint8, device=dev))
+                    grow_at += 2.0
+                gpu_work(prepare(), matmuls)
+        for b in burners:
+            b.wait()
+        burners = []
+    del kept, ballast
+
+
+def _tools(marks: Path) -> None:
+    import torch
+
+    dev = torch.device("cuda")
+    torch.ones(1, device=dev).sum().item()
+    w = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    q = torch.randn(2048, 4096, device=dev, dtype=torch.bfloat16)
+    pinned = torch.empty(2 * GIB, dtype=torch.uint8).pin_memory()
+    landing = torch.empty(2 * GIB, dtype=torch.uint8, device=dev)
+    for phase, seconds in TOOLS:
+        mark(marks, phase)
+        begin = time.time()
+        end = begin + seconds * SCALE
+        if phase == "membound":
+            big = torch.ones(8 * GIB, dtype=torch.bfloat16, device=dev)
+        tiny = torch.zeros(1, device=dev)
+        while time.time() < end:
+            if phase == "serve":  # requests at a varying rate: busy for rate x 90 ms of every 100 ms
+                t = time.time() - begin
+                rate = 0.45 + 0.35 * math.sin(2 * math.pi * t / 12.0) + (0.3 if 18 <= t < 22 else 0.0)
+                busy = time.time() + 0.09 * max(0.05, min(1.0, rate))
+                while time.time() < busy:
+                    torch.tanh(q @ w)
+                    torch.cuda.synchronize()
+                time.sleep(max(0.0, 0.1 - 0.09 * rate))
+            elif phase == "copy":
+                landing.copy_(pinned, non_blocking=True)
+                torch.cuda.synchronize()
+            elif phase == "membound":
+                big.mul_(1.0001)
+                torch.cuda.synchronize()
+            else:  # launch-bound: one tiny kernel after another
+                for _ in range(1000):
+                    tiny.add_(1.0)
+                torch.cuda.synchronize()
+        if phase == "membound":
+            del big
+            torch.cuda.empty_cache()
+
+
+JOBS = {"train": _train, "tools": _tools}
+
+
+# ---- the run ----
+def run(labels_path: Path) -> dict[str, Any]:
+    marks = labels_path.with_suffix(".marks")
+    marks.unlink(missing_ok=True)
+    plan: list[tuple[str, float]] = [("idle", 5.0), ("train", 0.0), ("idle", 3.0), ("tools", 0.0), ("idle", 5.0)]
+    for what, seconds in plan:
+        if what == "idle":
+            mark(marks, "idle")
+            time.sleep(seconds * SCALE)
+            continue
+        mark(marks, "startup")
+        subprocess.run([sys.executable, __file__, "--job", what, str(marks)], check=True)
+    mark(marks, "done")
+    rows = [json.loads(line) for line in marks.read_text(encoding="utf-8").splitlines() if line.strip()]
+    phases = []
+    for row, nxt in itertools.pairwise(rows):
+        phases.append({"phase": row["phase"], "start": row["start"], "end": nxt["start"],
+                       "expect": EXPECT.get(row["phase"], "normal"),
+                       "process": row["phase"] not in ("idle", "startup")})
+    labels = {"node": os.environ.get("NODE_NAME", "h200-node"), "gpu_index": 0, "phases": phases,
+              "note": "start/end are epoch seconds; expect is the anomaly kind the phase should cause"}
+    labels_path.write_text(json.dumps(labels, indent=1) + "\n", encoding="utf-8")
+    marks.unlink(missing_ok=True)
+    return labels
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--job":
+        JOBS[sys.argv[2]](Path(sys.argv[3]))
+        return
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    labels = run(Path(sys.argv[1]))
+    total = labels["phases"][-1]["end"] - labels["phases"][0]["start"]
+    for p in labels["phases"]:
+        print(f"{p['phase']:11} {p['end'] - p['start']:6.1f} s  expect {p['expect']}")
+    print(f"total {total:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

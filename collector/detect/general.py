@@ -1,0 +1,108 @@
+"""The general-purpose detector in the engine: metrics no specific detector covers.
+
+Why: power, memory temperature and memory bandwidth (and inference latencies, once the
+agent reports them) can go wrong in ways nobody wrote a detector for: HBM running hotter
+than it ever did under the same job, power far outside what the job draws. The
+:class:`~collector.detect.univariate.UnivariateDetector` (the one benchmarked on NAB)
+judges a series by what it has seen of it; here it runs per GPU and per metric on
+one-minute means (NAB's series are minutes apart too, and a minute smooths the sampling
+interval away), with the metric's physical range for its bins.
+
+What keeps it quiet where that knowledge is not news:
+
+* each workload (process set) is its own series: a new job draws other power, and the
+  detector learns it afresh (``probation_s`` of it first);
+* by default it sees only the samples of a steady workload at its working level
+  (``at_plateau``): power, temperatures and bandwidth follow the load, so a checkpoint or a
+  quiet hour would otherwise be "never seen"; at the same load, HBM 15 °C hotter than ever,
+  or power far from what the same work drew, is news;
+* while any other anomaly is open on the GPU, and for ``QUIET_AFTER_S`` after, it neither
+  says nor learns anything: a throttle or a leak explains what the metric does, says it
+  better, and what the metric does then is not its normal;
+* it reports an onset only when the detector's score reaches ``threshold`` and the value
+  lies at least ``min_change`` outside the range this workload has shown (a 0.5 °C
+  "never seen" is statistics, not news).
+
+Each metric is configured by a :class:`MetricSpec` (the ``detectors: metrics:`` section of
+the alert rules file; :data:`~collector.detect.finding.DEFAULT_METRICS` without one).
+"""
+
+from __future__ import annotations
+
+from collector.detect.finding import Finding, MetricSpec
+from collector.detect.level import PLATEAU
+from collector.detect.state import GpuState
+from collector.detect.univariate import UnivariateDetector
+from telemetry.catalog import BY_KEY
+
+QUIET_AFTER_S = 600.0
+KIND = "metric_anomaly"
+EVERY = 5.0  # seconds between samples folded into a minute's mean (plenty for a mean, and cheap)
+
+
+class Watch:
+    """One metric of one GPU's workload: the current minute's sum and the detector."""
+
+    __slots__ = ("det", "high", "low", "n", "spec", "start", "total")
+
+    def __init__(self, spec: MetricSpec, ts: float) -> None:
+        self.spec = spec
+        self.start = ts
+        self.total = 0.0
+        self.n = 0
+        probation = max(10, int(spec.probation_s / spec.every_s))
+        self.det = UnivariateDetector(spec.lo, spec.hi, probation)
+        self.low = float("inf")
+        self.high = float("-inf")
+
+
+def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[MetricSpec, ...]) -> Finding | None:
+    """Fold this sample in; a finding when a minute closes with a score at or above its threshold.
+    The engine calls it once every ``EVERY`` seconds per GPU."""
+    st.watch_ts = ts
+    watches = st.watches
+    if st.open and any(k != KIND for k in st.open):
+        st.other_ts = ts
+    if ts - st.other_ts < QUIET_AFTER_S:
+        return None  # another anomaly explains the metrics now, and what they do then is not normal
+    lv = st.level
+    floor = PLATEAU * lv.level
+    working = lv.steady is True and lv.fast >= floor and (st.sm or 0.0) >= floor
+    found: Finding | None = None
+    for spec in specs:
+        if spec.at_plateau and not working:
+            continue
+        value = metrics.get(spec.metric)
+        if value is None:
+            continue
+        w = watches.get(spec.metric)
+        if w is None:
+            w = watches[spec.metric] = Watch(spec, ts)
+        if ts - w.start >= spec.every_s and w.n:
+            mean = w.total / w.n
+            w.start, w.total, w.n = ts, 0.0, 0
+            w.det.update(mean)
+            score = w.det.raw  # the engine's hysteresis makes one anomaly of a run of high scores
+            seen = (w.low, w.high)
+            outside = mean > w.high + spec.min_change or mean < w.low - spec.min_change
+            if score >= spec.threshold and outside and found is None:
+                found = _finding(st, spec, mean, score, seen)
+            if score < spec.threshold:  # the range of what was normal: an excursion does not widen it
+                w.low, w.high = min(w.low, mean), max(w.high, mean)
+        w.total += value
+        w.n += 1
+    return found
+
+
+def _finding(st: GpuState, spec: MetricSpec, mean: float, score: float, seen: tuple[float, float]) -> Finding:
+    known = BY_KEY.get(spec.metric)
+    unit = f" {known.unit}" if known is not None and known.unit not in ("ratio", "") else ""
+    name = spec.metric.removeprefix("DCGM_FI_")
+    where = " at its working level" if spec.at_plateau else ""
+    causes = [f"{name} {spec.every_s / 60:.0f}-minute mean {mean:.3g}{unit}; this workload's so far{where} "
+              f"{seen[0]:.3g}-{seen[1]:.3g}{unit}",
+              f"score {score:.2f} of the general-purpose detector (a value, or a sequence of values, this "
+              f"series has not been in before)",
+              "no specific detector explains it (none is open on this GPU)"]
+    summary = f"{st.where()}: {name} behaves unlike before ({mean:.3g}{unit})"
+    return Finding(KIND, "info", spec.metric, summary, causes, 0.0)

@@ -1,0 +1,163 @@
+"""SM-activity detection that holds on workloads it was not tuned on (issue 17).
+
+Each test is a small hand-made trace of one workload behaviour: start-ups and recurring
+dips must not become the level a fall is judged against; demand-driven serving replicas
+that move on their own (out of phase, drifting, rescaled, canaried, drained) are quiet,
+while a step of lost capacity on one of them is found; a launch-bound phase is pointed
+out, and idle, memory-bound and copy-bound phases are not.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
+
+SERVE = {"reasons": 0, "clock": 1980.0}
+
+
+# ---- item 1: baselines that survive start-up and recurrent dips ----
+
+def test_a_fall_after_a_slow_start_up_is_found_within_90_s() -> None:
+    """GPU-FACTS.md: a new process's first two samples read 0.25; here it then loads data for
+    two minutes at 0.3 before training at 0.97, with no pod (a bare host), and falls to 0.2."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = 0.25 if t < 2 else 0.3 if t < 120 else 0.97
+        if t >= 300:
+            sm = 0.2 + 0.1 * (int(t) % 3 == 0)  # input-bound: bursts between waits
+        return record(t, g, sm=sm, pod="")
+    found = run(trace(420, 1, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 300 < found[0].start - T0 <= 390
+    assert "working level 0.97" in found[0].causes[0]
+
+
+def test_recurring_evaluation_and_checkpoint_dips_do_not_hide_a_stall() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = 0.95
+        if t % 300 >= 260:
+            sm = 0.35  # evaluation: 40 s every 5 minutes
+        if t % 900 < 20 and t > 100:
+            sm = 0.02  # checkpoint: 20 s nearly idle every 15 minutes
+        if 2010 <= t < 2200:
+            sm = 0.25  # the input pipeline stalls
+        return record(t, g, sm=sm, pod="")
+    found = run(trace(2300, 1, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 2010 < found[0].start - T0 <= 2010 + 90
+
+
+def test_a_pod_learns_its_evaluation_rhythm_and_a_stall_off_it_is_found() -> None:
+    """Whole-pod pauses of 3 minutes every 30 minutes: the first is reported (it outlasts the
+    150 s a pod-wide fall may last), the later ones are the job's rhythm; a stall between
+    them is not."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = 0.3 if t % 1800 >= 1620 else 0.91
+        if 6300 <= t < 6700:
+            sm = 0.35
+        return record(t, g, sm=sm, pid=100 + g)
+    found = run(trace(7000, 4, make))
+    starts = sorted({round(a.start - T0, -1) for a in found})
+    assert {a.kind for a in found} == {"throughput_drop"} and len(found) == 8
+    assert starts[0] < 1800 and 6300 < starts[1] <= 6300 + 170
+
+
+def test_a_slow_drift_of_a_steady_job_is_a_drop() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = 0.9 if t < 1200 else max(0.4, 0.9 - 0.5 * (t - 1200) / 300)  # 5 minutes down to 0.4
+        return record(t, g, sm=sm, pod="")
+    found = run(trace(1800, 1, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    crossed = 1200 + 300 * (0.9 - 0.54) / 0.5  # when it was 40% below its level
+    assert crossed < found[0].start - T0 <= crossed + 90
+
+
+def test_a_new_phase_of_the_same_process_is_learned_afresh() -> None:
+    """The committed H200 trace does this: the trainer turns to inference with 20 GiB more
+    memory (a KV cache). A different job in the same process is not a slower old one."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if t < 300:
+            return record(t, g, sm=0.96, fb=0.3 * TOTAL, pod="")
+        return record(t, g, sm=0.085, fb=0.3 * TOTAL + 20480, pod="")
+    assert run(trace(600, 1, make)) == []
+
+
+# ---- item 2: demand versus lost capacity ----
+
+def _demand(t: float, g: int, phase: float = 1.3) -> float:
+    """Each replica follows its own demand: out of phase, with its own period and share."""
+    return 0.15 + (0.25 + 0.05 * g) * (1 + math.sin(2 * math.pi * t / (900 + 200 * g) + phase * g))
+
+
+def test_out_of_phase_replicas_and_slow_drifts_are_quiet() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = _demand(t, g)
+        if g == 1 and t > 1800:
+            sm *= max(0.4, 1 - (t - 1800) / 1500)  # its region goes to sleep over 25 minutes
+        return record(t, g, sm=sm, pid=200 + g, pod=f"serve-{g}", service="chat", **SERVE)
+    assert run(trace(4800, 4, make)) == []
+
+
+def test_a_step_of_lost_capacity_on_one_replica_is_found() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = _demand(t, g) + 0.1
+        if g == 2 and 3000 <= t < 3400:
+            sm *= 0.4
+        return record(t, g, sm=sm, pid=200 + g, pod=f"serve-{g}", service="chat", **SERVE)
+    found = run(trace(3600, 4, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-2")]
+    assert 3000 < found[0].start - T0 <= 3000 + 45
+    assert "a step, not a drift" in found[0].causes[0]
+
+
+def test_autoscaling_a_canary_and_a_drain_are_quiet() -> None:
+    """Replicas 2 and 3 are added at 40 min (the others' share halves at once), replica 1 is
+    drained and replaced at 60 min, and comes back as a canary with a sixth of the traffic,
+    promoted at 80 min (the others lose share to it)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        serving = [0, 1] + ([2, 3] if t >= 2400 else [])
+        if g in (2, 3) and t < 2400:
+            return record(t, g, sm=0.0, pid=None, pod=f"serve-{g}", service="chat", **SERVE)
+        pid = 200 + g
+        weight = {g: 1.0 for g in serving}
+        if g == 1 and 3600 <= t < 3700:  # draining: its connections finish, then it exits
+            return record(t, g, sm=max(0.01, 0.5 * (1 - (t - 3600) / 45)), pid=pid, pod="serve-1",
+                          service="chat", **SERVE)
+        if 3700 <= t < 3760:
+            weight.pop(1)
+            if g == 1:
+                return record(t, g, sm=0.0, pid=None, pod="serve-1", service="chat", **SERVE)
+        if t >= 3760:
+            weight[1] = 1 / 6 if t < 4800 else 1.0
+            pid = 300 + g if g == 1 else pid
+        share = 4 * weight[g] / sum(weight.values())
+        sm = min(0.9, 0.05 + 0.2 * share * (1 + 0.3 * math.sin(2 * math.pi * t / 1800)))
+        return record(t, g, sm=sm, pid=pid, pod=f"serve-{g}", service="chat", **SERVE)
+    assert run(trace(6000, 4, make)) == []
+
+
+# ---- item 3: launch-bound ----
+
+def test_launch_bound_phase_is_found_and_explained() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if t < 200:
+            return record(t, g, sm=0.9, pod="", DEV_GPU_UTIL=100, PROF_DRAM_ACTIVE=0.3)
+        return record(t, g, sm=0.0005, pod="", DEV_GPU_UTIL=32, PROF_DRAM_ACTIVE=0.001,
+                      PROF_PCIE_TX_BYTES=1e6, PROF_PCIE_RX_BYTES=2e6)
+    found = run(trace(500, 1, make))
+    assert kinds(found) == [("launch_bound", "GPU-n0-0")]
+    a = found[0]
+    assert a.severity == "info" and 200 + 90 <= a.start - T0 <= 200 + 120
+    assert "GPU utilisation 32%" in a.causes[0] and "SM activity is 0.0005" in a.causes[0]
+    assert any("CUDA Graphs" in c and "larger batches" in c for c in a.causes)
+
+
+def test_idle_memory_bound_and_copy_bound_phases_are_not_launch_bound() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0:  # idle, a process holding it
+            return record(t, g, sm=0.0, reasons=1, pod="", DEV_GPU_UTIL=0)
+        if g == 1:  # memory-bound kernels: resident all the time, DRAM busy
+            return record(t, g, sm=0.05, pod="", DEV_GPU_UTIL=100, PROF_DRAM_ACTIVE=0.85)
+        return record(t, g, sm=0.01, pod="", DEV_GPU_UTIL=45, PROF_DRAM_ACTIVE=0.05,  # copying over PCIe
+                      PROF_PCIE_TX_BYTES=2e9, PROF_PCIE_RX_BYTES=9e9)
+    assert run(trace(600, 3, make)) == []

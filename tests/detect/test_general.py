@@ -1,0 +1,67 @@
+"""The general-purpose detector in the engine, and its settings in the alert rules file."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from collector.alerting.rules import parse_rules
+from collector.alerting.service import DetectionService
+from collector.detect import DetectionEngine, DetectorConfig
+from collector.detect.finding import DEFAULT_METRICS, MetricSpec
+from tests.detect.helpers import T0, record, trace
+
+
+def test_a_hotter_hbm_at_the_same_load_is_reported_and_checkpoints_are_not() -> None:
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm, mem_temp = 0.92, 74.0 + (t % 7) / 7
+        if t % 600 < 30:
+            sm, mem_temp = 0.03, 50.0  # a checkpoint every 10 minutes: cool and idle, and not news
+        if g == 1 and t >= 3000:
+            mem_temp += min(15.0, (t - 3000) / 10)  # its cooling fails: HBM creeps up 15 °C, no throttle yet
+        return record(t, g, sm=sm, pod="", DEV_MEMORY_TEMP=mem_temp, DEV_GPU_UTIL=100 * sm)
+    engine = DetectionEngine()
+    found = [ch.anomaly for rec in trace(3600, 2, make) for ch in engine.feed(rec) if ch.action == "open"]
+    assert [(a.kind, a.gpu, a.metric) for a in found] == [("metric_anomaly", "GPU-n0-1", "DCGM_FI_DEV_MEMORY_TEMP")]
+    a = found[0]
+    assert a.severity == "info" and 3000 < a.start - T0 <= 3000 + 240
+    assert "C; this workload's so far at its working level 74." in a.causes[0]
+
+
+def test_metrics_settings_in_the_rules_file() -> None:
+    text = """detectors:
+  metrics:
+    DCGM_FI_DEV_MEMORY_TEMP: {min_change: 3, threshold: 0.8, every: 2m}
+    DCGM_FI_DEV_POWER_USAGE: off
+    DCGM_FI_DEV_ENC_UTIL: {range: [0, 100], at_plateau: false, probation: 2h}
+"""
+    rs = parse_rules(text, "r.yaml")
+    assert rs.errors == []
+    assert rs.metrics is not None
+    by = {m.metric: m for m in rs.metrics}
+    assert set(by) == {"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_ENC_UTIL"}
+    default = next(m for m in DEFAULT_METRICS if m.metric == "DCGM_FI_DEV_MEMORY_TEMP")
+    assert by["DCGM_FI_DEV_MEMORY_TEMP"] == replace(default, min_change=3.0, threshold=0.8, every_s=120.0)
+    assert by["DCGM_FI_DEV_ENC_UTIL"] == MetricSpec("DCGM_FI_DEV_ENC_UTIL", 0.0, 100.0, at_plateau=False,
+                                                   probation_s=7200.0)
+    service = DetectionService(None, rs, engine=DetectionEngine(DetectorConfig(metrics=rs.metrics)))
+    assert service.engine.cfg.metrics == rs.metrics
+
+
+def test_bad_metrics_settings_are_errors_with_lines_and_leave_the_defaults() -> None:
+    text = """detectors:
+  metrics:
+    DCGM_FI_NOT_A_METRIC: {threshold: 0.9}
+    DCGM_FI_DEV_ENC_UTIL: {threshold: 0.9}
+    DCGM_FI_DEV_MEMORY_TEMP: {threshold: 2, colour: red}
+    DCGM_FI_DEV_POWER_USAGE: {range: [5, 1]}
+    DCGM_FI_PROF_DRAM_ACTIVE: 7
+"""
+    rs = parse_rules(text, "r.yaml")
+    assert [str(e) for e in rs.errors] == [
+        "r.yaml:3: detectors.metrics.DCGM_FI_NOT_A_METRIC: unknown metric (not in the catalog: see gpuwatch catalog)",
+        "r.yaml:4: detectors.metrics.DCGM_FI_DEV_ENC_UTIL: a metric without a default needs range: [low, high]",
+        "r.yaml:5: detectors.metrics.DCGM_FI_DEV_MEMORY_TEMP: unknown keys ['colour']",
+        "r.yaml:6: detectors.metrics.DCGM_FI_DEV_POWER_USAGE: range must be [low, high] with low < high",
+        "r.yaml:3: detectors.metrics.DCGM_FI_PROF_DRAM_ACTIVE: must be a mapping of settings, or off",
+    ]
+    assert rs.metrics == DEFAULT_METRICS
