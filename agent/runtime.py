@@ -206,9 +206,10 @@ class Agent:
             ceiling = self.config.ceiling
             self._log.warning(
                 "budget", "CPU budget: the agent's sampling threads use %.2f%% of a core against a budget of "
-                "%.2f%%; intervals lengthened (x%.1f, at most to the %.0f s ceiling; %d sample(s) would have gone "
-                "past it)", 100 * self.budget.usage(), 100 * self.budget.fraction, self.budget.stretch, ceiling,
-                self.budget_capped_total)
+                "%.2f%% (%.1f ms a sample); intervals lengthened to at least %.2f s (feedback x%.1f, never past the "
+                "%.0f s ceiling; %d sample(s) held at it)", 100 * self.budget.usage(), 100 * self.budget.fraction,
+                1000 * self.budget.cost_per_sample, self.budget.min_interval(self.healthy_count) * self.budget.stretch,
+                self.budget.stretch, ceiling, self.budget_capped_total)
         elif self.budget.stretch == 1.0:
             self._log.resolved("budget", "CPU budget: sampling intervals are back to what the GPUs need")
         return self.queue.peek()
