@@ -240,9 +240,11 @@ class Agent:
         st.effective_interval = min(wanted, max(interval, self.config.ceiling))
         if wanted > interval:
             self.budget_stretched_total += 1
-            self._stretched_in_step = True
-            if wanted > st.effective_interval:
-                self.budget_capped_total += 1
+            capped = wanted > st.effective_interval
+            self.budget_capped_total += capped
+            # the budget's floor (cost per sample over the budget) is routine; a line is for when the
+            # agent is over its budget (feedback stretch) or a GPU is held at the ceiling
+            self._stretched_in_step |= capped or self.budget.stretch > 1.0
         self.queue.put(t.key, now + st.effective_interval)
         with self._lock:
             self.latest[t.key] = record
