@@ -34,7 +34,7 @@ from typing import Any, Final
 import asyncpg
 
 from collector.store import maintenance, queries
-from collector.store.migrate import Profile, migrate
+from collector.store.migrate import Profile, migrate_pool
 from collector.store.rows import fast_rows
 from collector.store.schema import BY_KEY, METRIC_COLUMNS, ORIGIN_SQL, PROCESS_COLUMNS, SAMPLE_COLUMNS
 from telemetry.records import EventRecord, GpuRecord
@@ -451,6 +451,25 @@ _CONNECTION_ERRORS: Final = (
     asyncpg.exceptions.OperatorInterventionError,
 )
 
+#: Failures of a database operation that mean "try the same operation again later": the
+#: database is away, restarting, short of resources, or a transaction lost a conflict.
+#: What a batch's *content* makes PostgreSQL refuse is :class:`StoreRefused` instead
+#: (raised by :meth:`Store.write`), so retrying cannot loop on bad data.
+DB_UNAVAILABLE: Final[tuple[type[BaseException], ...]] = (
+    OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresError,
+)
+
+#: PostgreSQL refusing the data itself: class 22 (data exception), 23 (integrity), 54 (limits).
+_REFUSALS: Final = (
+    asyncpg.exceptions.DataError,
+    asyncpg.exceptions.IntegrityConstraintViolationError,
+    asyncpg.exceptions.ProgramLimitExceededError,
+)
+
+
+class StoreRefused(ValueError):
+    """PostgreSQL refused a batch for what it holds (validation missed it); the message says why."""
+
 
 class Store:
     """The collector's storage: migrated on open, idempotent writes, maintenance, reads.
@@ -461,9 +480,10 @@ class Store:
 
     profile: Profile
 
-    def __init__(self, pool: Any, profile: Profile) -> None:
+    def __init__(self, pool: Any, profile: Profile, profile_reason: str = "") -> None:
         self._pool = pool
         self.profile = profile
+        self.profile_reason = profile_reason  # why this profile (for the start-up line)
 
     @property
     def pool(self) -> Any:
@@ -490,15 +510,15 @@ class Store:
         """
         pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, **connect_kwargs)
         try:
-            async with pool.acquire() as conn:
-                chosen = await migrate(conn, profile)
-                if chosen == "plain":
+            choice = await migrate_pool(pool, profile)
+            if choice.profile == "plain":
+                async with pool.acquire() as conn:
                     await maintenance.ensure_partitions(conn, now or datetime.now(UTC))
         except BaseException:
             pool.terminate()
             raise
-        log.info("store open (profile %s)", chosen)
-        return cls(pool, chosen)
+        log.info("store open: profile %s (%s)", choice.profile, choice.reason)
+        return cls(pool, choice.profile, choice.reason)
 
     async def write(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> WriteResult:
         """Store a batch in one transaction; a redelivered batch adds nothing.
@@ -516,6 +536,8 @@ class Store:
         except _CONNECTION_ERRORS:
             await self._pool.expire_connections()
             raise
+        except _REFUSALS as exc:
+            raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     async def maintain(self, now: datetime | None = None) -> None:
         """Plain profile: partitions ahead, rollups of new data, retention. TimescaleDB: nothing (policies)."""
