@@ -38,8 +38,14 @@ class Framer:
         keyframe_every: int = 60,
         zstd_level: int | None = None,
         clock: Callable[[], float] = time.time,
+        node: str = "",
+        instance: str = "",
     ) -> None:
         self.submit = submit
+        # identity headers (UTF-8): the collector keeps one decoder per (node, instance, GPU)
+        ident = tuple((name, value.encode()) for name, value in (("node", node), ("instance", instance)) if value)
+        self.frame_headers = FRAME_HEADERS + ident
+        self.event_headers = EVENT_HEADERS + ident
         self.window = window
         self.max_delay_s = max_delay_s
         self.keyframe_every = keyframe_every
@@ -63,7 +69,7 @@ class Framer:
                 self._emit(record.gpu)
 
     def add_event(self, event: EventRecord) -> None:
-        self.submit(Message(event.gpu.encode(), json.dumps(event.to_dict()).encode(), EVENT_HEADERS))
+        self.submit(Message(event.gpu.encode(), json.dumps(event.to_dict()).encode(), self.event_headers))
 
     # ---- flushing ----
     def flush_due(self, now: float | None = None) -> int:
@@ -100,7 +106,7 @@ class Framer:
         self.frames_total += 1
         self.records_total += len(records)
         self.frame_bytes_total += len(frame)
-        self.submit(Message(gpu.encode(), frame, FRAME_HEADERS))
+        self.submit(Message(gpu.encode(), frame, self.frame_headers))
 
     # ---- a timer thread for max_delay ----
     def start(self) -> None:

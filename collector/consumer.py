@@ -118,6 +118,7 @@ class KafkaIngest:
         self._interrupt = asyncio.Event()  # ends a wait for the database early (rebalance, stop)
         self._db_down = False
         self._processed: dict[int, int] = {}  # partition -> offset after the last message handled
+        self._committed: dict[int, int] = {}  # partition -> offset this member committed last
         self._fetched_to: dict[int, int] = {}  # partition -> offset after the last message fetched
         self._last_record_at: dict[int, float] = {}
         self._to_rewind: dict[TopicPartition, int | None] = {}  # partition -> its committed offset
@@ -194,6 +195,7 @@ class KafkaIngest:
         for partition in (self.ingestor.streams.partitions() | set(self._processed)) - mine:
             self.ingestor.reset_partition(partition, None)  # another collector's now
             self._processed.pop(partition, None)
+            self._committed.pop(partition, None)
         self._to_rewind = {tp: c for tp, c in self._to_rewind.items() if tp.partition in mine}
         kept: list[int] = []
         for tp in assigned:
@@ -207,6 +209,22 @@ class KafkaIngest:
             else:
                 done = self._processed.get(tp.partition)
             self._last_record_at[tp.partition] = self.clock()
+            ours = self._committed.get(tp.partition)
+            if committed is None and ours is not None:
+                # We committed here, the broker has no commit: it lost its data (restarted
+                # empty). Read its new log from the start; the decoders stay, since the agents'
+                # streams go on (a frame the broker lost shows as a sequence gap).
+                self.counters["log_resets"] += 1
+                self._limited.warning(f"reset:{tp.partition}", "partition %d: the broker has no committed offset "
+                                      "although this collector committed %d: it lost its data (restarted empty?); "
+                                      "reading the partition from its beginning", tp.partition, ours)
+                self.ingestor.stored_below.pop(tp.partition, None)
+                self._committed.pop(tp.partition, None)
+                self._processed.pop(tp.partition, None)
+                self._fetched_to.pop(tp.partition, None)
+                await self._consumer.seek_to_beginning(tp)
+                kept.append(tp.partition)
+                continue
             if done is not None and (committed is None or committed <= done):
                 # still ours and nobody went further: the decoders are valid from here on
                 self.ingestor.mark_stored(tp.partition, done)
@@ -371,6 +389,8 @@ class KafkaIngest:
         except KafkaError as exc:  # a rebalance: the next owner re-reads, writes are idempotent
             self.counters["commit_errors"] += 1
             self._limited.warning("commit", "offset commit failed: %s: %s", type(exc).__name__, exc)
+        else:
+            self._committed.update((tp.partition, offset) for tp, offset in offsets.items())
         for tp, next_offset in offsets.items():
             self.ingestor.mark_stored(tp.partition, next_offset)
             end = self._consumer.highwater(tp)

@@ -376,8 +376,16 @@ class Ingestor:
             candidates = self.streams.without_instance(msg.partition, header.gpu)
             sid = candidates[0].id if len(candidates) == 1 else StreamId(msg.partition, "", None, header.gpu)
         matching = [s for s in candidates if s.expected_seq == header.seq]
+        if len(matching) > 1:
+            # Agents without identity headers on two nodes, one UUID, in step: decoding
+            # against the wrong base would store wrong values under the wrong node.
+            self.counters["ambiguous_frames"] += 1
+            nodes = ", ".join(sorted(s.id.node for s in matching))
+            self._reject(msg, f"undecodable frame: ambiguous: the streams of {header.gpu} from nodes {nodes} "
+                         f"(agents without node/instance headers) all expect frame {header.seq}", pending)
+            return
         if matching:
-            stream = max(matching, key=lambda s: (s.last_ts <= header.first_ts, s.last_ts))
+            stream = matching[0]
             records = self._decode(stream.decoder, msg, header, pending)
             if records is None:
                 return

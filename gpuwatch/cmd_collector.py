@@ -194,7 +194,7 @@ async def _unset_dead_letter(_msg: Any, _reason: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from agent.settings import SettingsError, load  # the shared settings loader
-    from collector import kafkalog
+    from collector import clientlogs
     from collector.settings import CollectorSettings
 
     keys = CollectorSettings.model_fields
@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuwatch collector: {exc}", file=sys.stderr)
             return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kafkalog.install()
+    clientlogs.install()
     port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
     rules = args.alert_rules or os.environ.get("GPUWATCH_ALERT_RULES")
     try:
