@@ -2,8 +2,8 @@
 
 Loop: fetch a batch across the assigned partitions, hand it to the
 :class:`~collector.ingest.Ingestor` (decode, validate, one database transaction, dead
-letters), then persist each partition's resume offset and commit the Kafka offsets, in
-that order. So:
+letters), then commit the Kafka offsets and, once that succeeded, persist each partition's
+resume offset, in that order. So:
 
 * a collector killed mid-batch re-reads from its last commit, and idempotent writes make
   the re-read harmless;
@@ -61,8 +61,8 @@ PositionsSave = Callable[[str, Mapping[int, int]], Awaitable[None]]  # (topic, {
 # (topic, message, reason, why Kafka did not take it) -> None; stores the dead letter elsewhere
 RecordDeadLetter = Callable[[str, Inbound, str, str], Awaitable[None]]
 
-_DLQ_TIMEOUT_S = 15.0
-_MAX_BACKOFF_S = 30.0
+_MAX_BACKOFF_S = 30.0  # Kafka at start
+_DB_MAX_BACKOFF_S = 5.0  # a database retry is cheap; a long wait only delays the catch-up
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -221,8 +221,7 @@ class KafkaIngest:
                 self.ingestor.stored_below.pop(tp.partition, None)
                 self._committed.pop(tp.partition, None)
                 self._processed.pop(tp.partition, None)
-                self._fetched_to.pop(tp.partition, None)
-                await self._consumer.seek_to_beginning(tp)
+                await self._seek_start(tp)
                 kept.append(tp.partition)
                 continue
             if done is not None and (committed is None or committed <= done):
@@ -262,8 +261,7 @@ class KafkaIngest:
                 continue
             resume = positions.get(tp.partition)
             if committed is None:
-                await self._consumer.seek_to_beginning(tp)
-                self._fetched_to.pop(tp.partition, None)
+                await self._seek_start(tp)
             elif resume is not None and resume < committed:
                 self._consumer.seek(tp, resume)
                 self._fetched_to[tp.partition] = resume
@@ -273,6 +271,17 @@ class KafkaIngest:
                 self._fetched_to[tp.partition] = committed
             self._last_record_at[tp.partition] = self.clock()
         self._consumer.resume(*[tp for tp in pending if tp in assignment])
+
+    async def _seek_start(self, tp: TopicPartition) -> None:
+        """Read ``tp`` from its first offset (known at once, for the lag and the stall watch)."""
+        assert self._consumer is not None
+        await self._consumer.seek_to_beginning(tp)
+        try:
+            first = (await asyncio.wait_for(self._consumer.beginning_offsets([tp]), 10.0))[tp]
+        except (KafkaError, TimeoutError, KeyError):
+            self._fetched_to.pop(tp.partition, None)
+        else:
+            self._fetched_to[tp.partition] = first
 
     # ---- the loop ----
     async def run(self) -> None:
@@ -343,7 +352,7 @@ class KafkaIngest:
                              "stopping" if self._stopping.is_set() else "rebalance", sorted(reset) or "-")
                     return False
                 await self._wait_for_db(exc, backoff)
-                backoff = min(_MAX_BACKOFF_S, backoff * 2)
+                backoff = min(_DB_MAX_BACKOFF_S, backoff * 2)
                 continue
             self._db_is_back()
             return True
@@ -382,8 +391,6 @@ class KafkaIngest:
         offsets = {tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs}
         for tp, next_offset in offsets.items():
             self._processed[tp.partition] = next_offset
-        if self.save_positions is not None:
-            await self._save_positions()
         try:
             await self._consumer.commit(offsets)
         except KafkaError as exc:  # a rebalance: the next owner re-reads, writes are idempotent
@@ -391,6 +398,12 @@ class KafkaIngest:
             self._limited.warning("commit", "offset commit failed: %s: %s", type(exc).__name__, exc)
         else:
             self._committed.update((tp.partition, offset) for tp, offset in offsets.items())
+            # After the commit, never before: a resume offset saved for offsets not committed
+            # would be too new for the committed one (a delta between the two whose keyframe
+            # came before the new resume offset could not be decoded on the re-read). A crash
+            # between commit and save leaves the older resume offset: a longer re-read only.
+            if self.save_positions is not None:
+                await self._save_positions()
         for tp, next_offset in offsets.items():
             self.ingestor.mark_stored(tp.partition, next_offset)
             end = self._consumer.highwater(tp)
@@ -407,7 +420,7 @@ class KafkaIngest:
                 if self._stopping.is_set() or self._revoking:
                     return  # older saved offsets only cost a longer re-read
                 await self._wait_for_db(exc, backoff)
-                backoff = min(_MAX_BACKOFF_S, backoff * 2)
+                backoff = min(_DB_MAX_BACKOFF_S, backoff * 2)
                 continue
             self._db_is_back()
             return
@@ -420,7 +433,7 @@ class KafkaIngest:
         try:
             await asyncio.wait_for(
                 self._producer.send_and_wait(self.dlq_topic, out.value, key=out.key, headers=out.headers),
-                _DLQ_TIMEOUT_S)
+                self.tuning.dlq_timeout_s)
         except (KafkaError, TimeoutError) as exc:
             await self._dead_letter_elsewhere(msg, reason, f"{type(exc).__name__}: {exc}")
             return

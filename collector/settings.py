@@ -49,6 +49,7 @@ class ConsumerTuning:
     fetch_max_bytes: int = 64 * MIB
     max_partition_fetch_bytes: int = 8 * MIB
     dlq_max_request_size: int = MIB
+    dlq_timeout_s: float = 15.0  # a dead letter the topic did not take in this time goes to the database
     stall_after_s: float = 30.0
     lag_interval_s: float = 5.0
     keyframe_request_interval_s: float = 10.0

@@ -68,7 +68,9 @@ def broker_killed(env: Env) -> None:
     time.sleep(env.params.outage_s)
     env.broker.start()
     env.fault_ended()
-    _flow(env, env.params.after_s)
+    # the agents retry with a backoff that doubles up to 30 s: let them find the broker again
+    _flow(env, max(env.params.after_s, 35.0))
+    env.note("recovery includes the agents' reconnect backoff (doubling from 0.5 s to 30 s)")
 
 
 @case("collector_sigkill_x3", "collector SIGKILLed 3 times (1 s down each)")

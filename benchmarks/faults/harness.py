@@ -211,13 +211,18 @@ class Counts:
 class Shared:
     """What cases share: the PostgreSQL cluster and, when a case needs it, the S3 server."""
 
-    def __init__(self, workdir: Path | None = None) -> None:
+    def __init__(self, workdir: Path | None = None, pg: PgServer | None = None,
+                 moto: Callable[[], MotoS3] | None = None) -> None:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpuwatch-faults-"))
         self.workdir.chmod(0o755)
-        root = self.workdir / "pg"
-        root.mkdir(mode=0o755, exist_ok=True)
-        root.chmod(0o755)
-        self.pg: PgServer = open_cluster(root, PG_SETTINGS)
+        self._own_pg = pg is None
+        if pg is None:
+            root = self.workdir / "pg"
+            root.mkdir(mode=0o755, exist_ok=True)
+            root.chmod(0o755)
+            pg = open_cluster(root, PG_SETTINGS)
+        self.pg: PgServer = pg
+        self._moto_factory = moto
         self._moto: MotoS3 | None = None
         self._cases = 0
         tansu = find_tansu()
@@ -226,6 +231,8 @@ class Shared:
         self.tansu = tansu
 
     def moto(self) -> MotoS3:
+        if self._moto_factory is not None:
+            return self._moto_factory()
         if self._moto is None or self._moto.process.poll() is not None:
             self._moto = start_moto(self.workdir)
         return self._moto
@@ -237,8 +244,9 @@ class Shared:
         return path
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.pg.stop("immediate")
+        if self._own_pg:
+            with contextlib.suppress(Exception):
+                self.pg.stop("immediate")
         if self._moto is not None:
             self._moto.stop()
 
@@ -261,6 +269,7 @@ class Env:
         self.notes: list[str] = []
         self.checks: list[Callable[[], None]] = []  # run after the drain, before counting (add notes)
         self.injected = 0
+        self.valid_dead: list[str] = []  # source and reason of each dead letter that was not injected
         self._fault_start: float | None = None
         self._fault_end: float | None = None
         self._lines_at_start = 0
@@ -448,6 +457,16 @@ class Env:
                 out[key] = out.get(key, 0) + 1
         return out
 
+    def wait_caught_up(self, lag_s: float = 2.0, timeout: float = 60.0) -> None:
+        """Until every sample taken more than ``lag_s`` ago is stored."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            cutoff = (datetime.fromtimestamp(time.time() - lag_s, UTC) - _EPOCH) // _US
+            want = {k for k in self.produced() if k[2] <= cutoff}
+            if want <= set(self.stored_rows()):
+                return
+            time.sleep(0.3)
+
     def stored_count(self) -> int:
         """Rows in gpu_samples (0 before the collector created the table)."""
         import asyncpg
@@ -506,8 +525,12 @@ class Env:
         except Exception as exc:  # noqa: BLE001 - a broker that lost the topic: counted as none, noted
             self.note(f"dead-letter topic unreadable: {exc}")
             topic = []
-        rows = self.query('SELECT key FROM dead_letters')[0]
+        rows = self.query('SELECT key, "offset", partition, reason FROM dead_letters')[0]
         injected = sum(1 for m in topic if m.key == INJECTED_KEY) + sum(1 for r in rows if r["key"] == INJECTED_KEY)
+        self.valid_dead = [dict(m.headers).get("dlq_source", b"").decode() + " " + dict(m.headers).get(
+            "dlq_reason", b"").decode()[:160] for m in topic if m.key != INJECTED_KEY]
+        self.valid_dead += [f"{r['partition']}/{r['offset']} {r['reason'][:160]}" for r in rows
+                            if r["key"] != INJECTED_KEY]
         return len(topic) + len(rows), injected, len(rows)
 
     def count(self) -> Counts:
@@ -550,7 +573,7 @@ class Env:
             duplicates=len(stored) - len(stored_set) + sum(v - 1 for v in produced.values() if v > 1),
             lost=len(lost), extra=len(stored_set - produced_set), dead_lettered=dead, dead_injected=injected,
             dead_in_db=in_db, recovery_s=recovery, log_lines=lines, fault_s=fault_s, lost_when=when,
-            lost_keys=lost[:20],
+            lost_keys=lost,
         )
 
     def close(self) -> None:

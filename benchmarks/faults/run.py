@@ -49,6 +49,8 @@ def run_case(shared: Shared, case: Case, params: Params) -> dict[str, Any]:
         for check in env.checks:
             check()
         counts = env.count()
+        if env.valid_dead:
+            env.note(f"valid messages dead-lettered, e.g. {env.valid_dead[:3]}")
         exits = sum(c.exits for c in env.collectors)
         return {"case": case.name, "title": case.title, **summary(counts), "collector_exits": exits,
                 "notes": env.notes, "seconds": round(time.monotonic() - started, 1), "workdir": str(env.dir)}
