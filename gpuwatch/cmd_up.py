@@ -27,6 +27,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--simulate", type=int, metavar="N", help="simulate N GPUs (default: NVML, else 8 simulated)")
     p.add_argument("--db", metavar="DSN", help="use this PostgreSQL instead of the embedded one")
     p.add_argument("--data-dir", type=Path, help="embedded PostgreSQL location (default ~/.local/share/gpuwatch)")
+    p.add_argument("--db-profile", choices=["auto", "timescale", "plain"], default="auto",
+                   help="storage profile (default auto: TimescaleDB when the extension can be used)")
     p.add_argument("--metrics-port", type=int, default=9400, metavar="PORT", help="port of /metrics (default 9400)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of /metrics (default 127.0.0.1)")
     p.add_argument("--api-port", type=int, metavar="PORT",
@@ -118,7 +120,15 @@ async def serve(args: argparse.Namespace) -> int:
         await _ensure_database(pg.dsn("postgres"), "gpuwatch")
         dsn = pg.dsn("gpuwatch")
         where = f"embedded PostgreSQL in {pg.root} ({dsn})"
-    store = await Store.open(dsn)
+    from collector.store import MigrationError
+
+    try:
+        store = await Store.open(dsn, profile=args.db_profile)
+    except MigrationError as exc:
+        print(f"gpuwatch up: {exc}", file=sys.stderr)
+        if pg is not None:
+            pg.stop()
+        return 2
     dead: list[tuple[Inbound, str]] = []
 
     async def dead_letter(msg: Inbound, reason: str) -> None:

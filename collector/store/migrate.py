@@ -128,6 +128,14 @@ class TimescaleProbeLost(MigrationError):
 _LOST: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
+def _closed(conn: asyncpg.Connection) -> bool:
+    """Whether ``conn`` is gone; a pool's proxy raises once its dead connection was released."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True
+
+
 async def _try_create_timescale(conn: asyncpg.Connection) -> str | None:
     """Create the extension if possible; None on success, else why not.
 
@@ -142,12 +150,15 @@ async def _try_create_timescale(conn: asyncpg.Connection) -> str | None:
         async with conn.transaction():
             await conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
     except _LOST as exc:  # e.g. not in shared_preload_libraries (FATAL), or no privilege
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        cause: BaseException = exc
+        while isinstance(cause, asyncpg.InterfaceError) and cause.__context__ is not None:
+            cause = cause.__context__  # the server's own error, not "the connection is closed" after it
+        text = " ".join(str(cause).split()) or type(cause).__name__
         reason = f"CREATE EXTENSION timescaledb failed: {text}"
         if "timescaledb" not in preload:
             reason += (f" (shared_preload_libraries is {preload!r}: add timescaledb there and restart "
                        "PostgreSQL to use the timescale profile)")
-        if conn.is_closed():
+        if _closed(conn):
             raise TimescaleProbeLost(reason) from None
         return reason
     return None
@@ -213,7 +224,7 @@ async def migrate_pool(pool: asyncpg.Pool, profile: str = "auto") -> ProfileChoi
             if unusable is not None:
                 raise
             unusable = lost.reason
-            log.info("the timescaledb probe closed the connection; migrating on a new one")
+            log.debug("the timescaledb probe closed the connection; migrating on a new one")
 
 
 async def migrate_with_reason(conn: asyncpg.Connection, profile: str = "auto",
@@ -252,5 +263,5 @@ async def migrate_with_reason(conn: asyncpg.Connection, profile: str = "auto",
                 )
         return choice
     finally:
-        if not conn.is_closed():
+        if not _closed(conn):
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATE_LOCK_KEY)
