@@ -36,7 +36,14 @@ import asyncpg
 from collector.store import maintenance, queries
 from collector.store.migrate import Profile, migrate_pool
 from collector.store.rows import fast_rows
-from collector.store.schema import BY_KEY, METRIC_COLUMNS, ORIGIN_SQL, PROCESS_COLUMNS, SAMPLE_COLUMNS
+from collector.store.schema import (
+    BY_KEY,
+    METRIC_COLUMNS,
+    ORIGIN_SQL,
+    PROCESS_COLUMNS,
+    SAMPLE_COLUMNS,
+    TIMESCALE_LATE_AFTER,
+)
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
@@ -426,6 +433,11 @@ async def write_batch(conn: asyncpg.Connection, batch: PreparedBatch, *, profile
                 await conn.execute(_MARK_BUCKETS, _minute_buckets(batch.samples))
             else:
                 await conn.execute(_MARK_PENDING)
+        elif samples_new or processes_new:  # TimescaleDB: only what its refresh policies will not see
+            late = datetime.now(UTC) - TIMESCALE_LATE_AFTER
+            old = [b for b in _minute_buckets(batch.samples) if b < late]
+            if old:
+                await conn.execute(_MARK_BUCKETS, old)
     return WriteResult(samples_new, len(batch.samples) - samples_new, processes_new, events_new)
 
 
@@ -540,12 +552,11 @@ class Store:
             raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     async def maintain(self, now: datetime | None = None) -> None:
-        """Plain profile: partitions ahead, rollups of new data, retention. TimescaleDB: nothing (policies)."""
-        if self.profile != "plain":
-            return
+        """Plain profile: partitions ahead, rollups of new data, retention. TimescaleDB: the
+        rollups of data too late for its refresh policies (the policies do the rest)."""
         try:
             async with self._pool.acquire() as conn:
-                await maintenance.run(conn, now or datetime.now(UTC))
+                await maintenance.run(conn, now or datetime.now(UTC), self.profile)
         except _CONNECTION_ERRORS:
             await self._pool.expire_connections()
             raise
