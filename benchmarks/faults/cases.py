@@ -51,7 +51,7 @@ def _standard(env: Env, *, durable: bool = False, collectors: int = 1, **agents:
     _flow(env, env.params.warmup_s)
 
 
-@case("normal", "no fault (baseline)")
+@case("normal", "no fault")
 def normal(env: Env) -> None:
     _standard(env)
     env.fault_started()
@@ -273,7 +273,7 @@ def fetch_wait_50ms(env: Env) -> None:
     env.start_agents()
     _flow(env, env.params.warmup_s)  # a backlog on object storage
     env.fault_started()
-    env.start_collector("--fetch-max-wait-ms", "50", "--stall-after-s", "10")
+    env.start_collector(env={"GPUWATCH_FETCH_MAX_WAIT_MS": "50", "GPUWATCH_STALL_AFTER_S": "10"})
     _flow(env, env.params.after_s + 10)
     env.fault_ended()
     env.after_drain(lambda: env.note(

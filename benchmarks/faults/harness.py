@@ -58,6 +58,7 @@ class Params:
     outage_s: float = 30.0  # how long a broker stays down
     drain_timeout_s: float = 120.0
     partitions: int = 3
+    collector_tree: str | None = None  # run the collectors from this source tree (a baseline)
 
 
 def sample_key(gpu: str, node: str, ts: float) -> tuple[str, str, int]:
@@ -92,6 +93,7 @@ class CollectorProc:
     args: list[str]
     log: Path
     env: dict[str, str]
+    cwd: Path = ROOT
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     exits: int = 0  # times it exited by itself (restarted by the harness, as Kubernetes would)
@@ -104,7 +106,7 @@ class CollectorProc:
         with self.log.open("ab") as out:
             out.write(f"==== start {self.starts} at {time.time():.3f}\n".encode())
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self.env, cwd=ROOT)
+                                         env=self.env, cwd=self.cwd)
         self.pids.append(self.proc.pid)
         return self
 
@@ -327,8 +329,9 @@ class Env:
         n = len(self.collectors)
         args = [sys.executable, "-m", "gpuwatch", "collector", "--db", self.dsn, "--kafka-bootstrap",
                 self.broker.bootstrap, "--api-port", "0", "--log-level", "INFO", "--no-detect", *extra]
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUWATCH_MAINTENANCE_INTERVAL": "2", **(env or {})}
-        collector = CollectorProc(args, self.dir / f"collector-{n}.log", full_env).start()
+        tree = Path(self.params.collector_tree) if self.params.collector_tree else ROOT
+        full_env = {**os.environ, "PYTHONPATH": str(tree), "GPUWATCH_MAINTENANCE_INTERVAL": "2", **(env or {})}
+        collector = CollectorProc(args, self.dir / f"collector-{n}.log", full_env, cwd=tree).start()
         self.collectors.append(collector)
         return collector
 
@@ -525,7 +528,12 @@ class Env:
         except Exception as exc:  # noqa: BLE001 - a broker that lost the topic: counted as none, noted
             self.note(f"dead-letter topic unreadable: {exc}")
             topic = []
-        rows = self.query('SELECT key, "offset", partition, reason FROM dead_letters')[0]
+        import asyncpg
+
+        try:
+            rows = self.query('SELECT key, "offset", partition, reason FROM dead_letters')[0]
+        except asyncpg.UndefinedTableError:  # a collector from before the table existed (a baseline)
+            rows = []
         injected = sum(1 for m in topic if m.key == INJECTED_KEY) + sum(1 for r in rows if r["key"] == INJECTED_KEY)
         self.valid_dead = [dict(m.headers).get("dlq_source", b"").decode() + " " + dict(m.headers).get(
             "dlq_reason", b"").decode()[:160] for m in topic if m.key != INJECTED_KEY]

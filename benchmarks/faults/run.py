@@ -38,9 +38,9 @@ from benchmarks.faults.cases import CASES, Case  # noqa: E402
 from benchmarks.faults.harness import Counts, Env, Params, Shared, summary  # noqa: E402
 
 
-def run_case(shared: Shared, case: Case, params: Params) -> dict[str, Any]:
+def run_case(shared: Shared, case: Case, params: Params, label: str = "") -> dict[str, Any]:
     """One case, start to count; the row of the table (as a dict)."""
-    env = Env(shared, case.name, params)
+    env = Env(shared, case.name + (f"_{label}" if label else ""), params)
     started = time.monotonic()
     try:
         case.run(env)
@@ -52,7 +52,8 @@ def run_case(shared: Shared, case: Case, params: Params) -> dict[str, Any]:
         if env.valid_dead:
             env.note(f"valid messages dead-lettered, e.g. {env.valid_dead[:3]}")
         exits = sum(c.exits for c in env.collectors)
-        return {"case": case.name, "title": case.title, **summary(counts), "collector_exits": exits,
+        return {"case": case.name, "title": case.title, "collector": label or "this branch", **summary(counts),
+                "collector_exits": exits,
                 "notes": env.notes, "seconds": round(time.monotonic() - started, 1), "workdir": str(env.dir)}
     finally:
         env.close()
@@ -69,21 +70,22 @@ def _cell(value: Any) -> str:
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
-    head = ["fault", "produced", "stored distinct", "stored total", "duplicates", "lost",
+    head = ["fault", "collector", "produced", "stored distinct", "stored total", "duplicates", "lost",
             "dead-lettered (valid / injected)", "recovery s", "collector exits", "collector log lines in fault"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['title']} | error: {r['error']} |" + " |" * (len(head) - 2))
+            lines.append(f"| {r['title']} | {r.get('collector', '')} | error: {r['error']} |" + " |" * (len(head) - 3))
             continue
         valid = r["dead_lettered"] - r["dead_injected"]
         logged = r["log_lines"]
         if logged is not None and (r["fault_s"] or 0) >= 5:
             logged = f"{logged} in {r['fault_s']:.0f} s"
-        cells = [r["title"], r["produced"], r["stored_distinct"], r["stored_total"], r["duplicates"], r["lost"],
-                 f"{valid:,} / {r['dead_injected']:,}", r["recovery_s"], r["collector_exits"], logged]
+        cells = [r["title"], r["collector"], r["produced"], r["stored_distinct"], r["stored_total"],
+                 r["duplicates"], r["lost"], f"{valid:,} / {r['dead_injected']:,}", r["recovery_s"],
+                 r["collector_exits"], logged]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    notes = [f"- {r['title']}: " + "; ".join(r["notes"]) for r in rows if r.get("notes")]
+    notes = [f"- {r['title']} ({r.get('collector')}): " + "; ".join(r["notes"]) for r in rows if r.get("notes")]
     return "\n".join(lines + (["", *notes] if notes else []))
 
 
@@ -106,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=Params.gpus)
     ap.add_argument("--interval", type=float, default=Params.interval, help="agent sampling interval, s")
     ap.add_argument("--outage-s", type=float, default=Params.outage_s)
+    ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                    help="also run each case with the collector from this source tree (e.g. `git archive` of the "
+                         "commit before the change), as the baseline row")
+    ap.add_argument("--baseline-label", default="baseline", help="the baseline rows' label")
     args = ap.parse_args(argv)
     if args.list or not args.case:
         for c in CASES.values():
@@ -123,13 +129,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in names:
             case = CASES[name]
             print(f"== {name}: {case.title}", flush=True)
-            try:
-                row = run_case(shared, case, params)
-            except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others' rows
-                traceback.print_exc()
-                row = {"case": name, "title": case.title, "error": f"{type(exc).__name__}: {exc}"}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            runs = [("", params)]
+            if args.baseline_tree is not None:
+                runs.insert(0, (args.baseline_label, replace(params, collector_tree=str(args.baseline_tree))))
+            for label, run_params in runs:
+                try:
+                    row = run_case(shared, case, run_params, label)
+                except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others' rows
+                    traceback.print_exc()
+                    row = {"case": name, "title": case.title, "collector": label or "this branch",
+                           "error": f"{type(exc).__name__}: {exc}"}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
         shared.close()
     table = markdown(rows)

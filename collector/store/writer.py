@@ -7,8 +7,18 @@ through a unique key (``gpu_samples (gpu, ts)``, ``process_samples (gpu, ts, pid
 batch adds no row. Rows are bulk-loaded with binary COPY into per-connection TEMP
 staging tables and moved with one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``
 per table (COPY itself cannot skip duplicates), all in one transaction together with
-the inventory upsert and, on the plain profile, the marks of which 1-minute buckets
-need re-aggregating. :class:`WriteResult` says how many rows were new.
+the inventory upsert and the marks of which 1-minute buckets need re-aggregating (plain
+profile: all of them; TimescaleDB: those too old for its refresh policies).
+:class:`WriteResult` says how many rows were new.
+
+The sample key stays ``(gpu, ts)``, without the node, on purpose. A GPU UUID names one
+physical GPU; two nodes reporting the same UUID is a misconfiguration (a re-imaged node, a
+simulator) that the collector reports as a ``gpu_uuid_conflict`` event. Each agent stamps
+samples with its own clock, as float seconds stored to the microsecond, so two such
+streams collide only if two samples fall on the same microsecond; the second is then
+counted as already stored (``samples_dup``). Adding the node to the key would change every
+index, rollup and query keyed by GPU for that misconfiguration, and make a node rename
+store a redelivered sample twice.
 
 A record that can never be stored (an integer metric out of bigint range, a string
 with a NUL byte, a timestamp outside PostgreSQL's range...) raises :class:`BadRecord`
