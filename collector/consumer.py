@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, RecordTooLargeError
+from aiokafka.errors import ConsumerStoppedError, KafkaError, RecordTooLargeError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from collector import deadletter
@@ -63,6 +63,7 @@ RecordDeadLetter = Callable[[str, Inbound, str, str], Awaitable[None]]
 
 _MAX_BACKOFF_S = 30.0  # Kafka at start
 _DB_MAX_BACKOFF_S = 5.0  # a database retry is cheap; a long wait only delays the catch-up
+_MAX_PENDING_REQUESTS = 1000
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -123,6 +124,7 @@ class KafkaIngest:
         self._last_record_at: dict[int, float] = {}
         self._to_rewind: dict[TopicPartition, int | None] = {}  # partition -> its committed offset
         self._limited = RateLimitedLog(log)
+        self._requests: set[asyncio.Task[None]] = set()  # keyframe requests being sent
         ingestor.dead_letter = self._dead_letter
         ingestor.request_keyframe = self.request_keyframe
         ingestor.keyframe_request_interval_s = self.tuning.keyframe_request_interval_s
@@ -163,6 +165,8 @@ class KafkaIngest:
         self._stopping.set()
         self._interrupt.set()
         self.ingestor.abandon()
+        for task in list(self._requests):
+            task.cancel()
         for part in (self._consumer, self._producer):
             if part is None:
                 continue
@@ -292,6 +296,8 @@ class KafkaIngest:
                 await self._rewind_pending()
                 try:
                     fetched = await self._consumer.getmany(timeout_ms=200, max_records=self.max_records)
+                except ConsumerStoppedError:
+                    return
                 except RecordTooLargeError as exc:
                     await self._too_large(exc)
                     continue
@@ -474,7 +480,17 @@ class KafkaIngest:
                 return
 
     async def request_keyframe(self, request: KeyframeRequest) -> None:
-        """Produce ``request`` to the control topic; the agent of its node makes its next frame a keyframe."""
+        """Produce ``request`` to the control topic, in the background (a control topic that does
+        not exist costs a metadata wait, which must not hold up ingest); the agent of its node
+        makes its next frame a keyframe."""
+        if len(self._requests) >= _MAX_PENDING_REQUESTS:
+            self._request_failed(RuntimeError(f"{len(self._requests)} keyframe requests still being sent"))
+            return
+        task = asyncio.create_task(self._send_request(request))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _send_request(self, request: KeyframeRequest) -> None:
         assert self._producer is not None
         try:
             future = await self._producer.send(self.control_topic, request.encode(), key=request.key(),

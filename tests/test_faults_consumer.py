@@ -72,6 +72,14 @@ async def _consumer(store: Store, bootstrap: str, tuning: ConsumerTuning, **kw: 
     return consumer
 
 
+async def _stop(consumer: KafkaIngest, runner: asyncio.Task[None], store: Store) -> None:
+    await consumer.stop()
+    runner.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await runner
+    await store.close()
+
+
 def test_oversized_and_refused_dead_letters_never_stop_the_partition(kafka_broker: Any, pg_db: str) -> None:
     broker = kafka_broker()
     create_topic(broker.bootstrap, TOPIC, partitions=1)
@@ -103,11 +111,7 @@ def test_oversized_and_refused_dead_letters_never_stop_the_partition(kafka_broke
             assert not runner.done()
             return int(await store.pool.fetchval("SELECT count(*) FROM gpu_samples")), rows, dict(consumer.counters)
         finally:
-            await consumer.stop()
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
-            await store.close()
+            await _stop(consumer, runner, store)
 
     samples, rows, counters = asyncio.run(main())
     assert samples == 12
@@ -167,11 +171,7 @@ def test_a_stalled_partition_shows_lag_is_reported_and_refetched(kafka_broker: A
             await _until(flowing, 10, "the stall to clear")
             out["counters"] = dict(consumer.counters)
         finally:
-            await consumer.stop()
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
-            await store.close()
+            await _stop(consumer, runner, store)
         return out
 
     with caplog.at_level(logging.WARNING, logger="collector.consumer"):

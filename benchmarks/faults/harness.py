@@ -36,7 +36,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gpuwatch.embedded_pg import PgServer, open_cluster  # noqa: E402
-from tests.fixtures_kafka import KafkaBroker, MotoS3, create_topic, find_tansu, free_port, start_moto  # noqa: E402
+from tests.fixtures_kafka import (  # noqa: E402
+    KafkaBroker,
+    MotoS3,
+    _stop_process,
+    consume_all,
+    create_topic,
+    find_tansu,
+    free_port,
+    start_moto,
+)
 
 TOPIC = "gpu.telemetry"
 INJECTED_KEY = b"fault-inject"
@@ -64,17 +73,6 @@ class Params:
 def sample_key(gpu: str, node: str, ts: float) -> tuple[str, str, int]:
     """(GPU, node, microseconds) exactly as the writer stores ``ts`` (``datetime.fromtimestamp``)."""
     return gpu, node, (datetime.fromtimestamp(ts, UTC) - _EPOCH) // _US
-
-
-def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def _run_async(coro: Any) -> Any:
@@ -116,11 +114,11 @@ class CollectorProc:
 
     def kill(self) -> None:
         self._stopped = True
-        _stop(self.proc, signal.SIGKILL)
+        _stop_process(self.proc, signal.SIGKILL)
 
     def stop(self) -> None:
         self._stopped = True
-        _stop(self.proc, timeout=40)
+        _stop_process(self.proc, timeout=40)
 
     def supervise(self) -> None:
         """Restart it if it exited by itself (a crash loop is counted in ``exits``)."""
@@ -173,10 +171,10 @@ class AgentProc:
         return self
 
     def kill(self) -> None:
-        _stop(self.proc, signal.SIGKILL)
+        _stop_process(self.proc, signal.SIGKILL)
 
     def stop(self) -> None:
-        _stop(self.proc, timeout=60)
+        _stop_process(self.proc, timeout=60)
 
     def samples(self) -> Iterator[tuple[str, str, int]]:
         if not self.export.exists():
@@ -394,8 +392,6 @@ class Env:
 
     def captured_frames(self, count: int) -> list[bytes]:
         """The first ``count`` frames of the telemetry topic (real frames, to damage)."""
-        from tests.fixtures_kafka import consume_all
-
         assert self.broker is not None
         got = consume_all(self.broker.bootstrap, TOPIC, count, timeout=20)
         return [m.value for m in got if m.value and dict(m.headers).get("type") == b"frame"][:count]
@@ -500,31 +496,9 @@ class Env:
 
     def dead_letters(self) -> tuple[int, int, int]:
         """(dead letters in the topic and the database, of them injected, in the database)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
         assert self.broker is not None
-        bootstrap = self.broker.bootstrap
-
-        async def read() -> list[Any]:
-            consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                        auto_offset_reset="earliest", request_timeout_ms=10_000)
-            await consumer.start()
-            out: list[Any] = []
-            try:
-                tp = TopicPartition(f"{TOPIC}.dlq", 0)
-                consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
-                end = (await consumer.end_offsets([tp]))[tp]
-                deadline = time.monotonic() + 20
-                while await consumer.position(tp) < end and time.monotonic() < deadline:
-                    batch = await consumer.getmany(tp, timeout_ms=500)
-                    out += batch.get(tp, [])
-            finally:
-                await consumer.stop()
-            return out
-
         try:
-            topic = _run_async(read())
+            topic = consume_all(self.broker.bootstrap, f"{TOPIC}.dlq", 0, timeout=20)
         except Exception as exc:  # noqa: BLE001 - a broker that lost the topic: counted as none, noted
             self.note(f"dead-letter topic unreadable: {exc}")
             topic = []
@@ -545,6 +519,12 @@ class Env:
         self._polling.clear()
         if self._poller is not None:
             self._poller.join(5)
+            if self._fault_end is not None:  # the drain saw the end: the poller may have missed it by < 0.5 s
+                end = datetime.fromtimestamp(self._fault_end, UTC)
+                rows = self.query(f"SELECT count(*) FILTER (WHERE ts <= '{end.isoformat()}') AS before, "
+                                  f"count(*) FILTER (WHERE ts > '{end.isoformat()}') AS after FROM gpu_samples "
+                                  f"WHERE ts > '{end.isoformat()}'::timestamptz - interval '30 days'")[0]
+                self._poll.append((time.time(), int(rows[0]["before"]), int(rows[0]["after"])))
         produced = self.produced()
         stored = self.stored_rows()
         stored_set = set(stored)

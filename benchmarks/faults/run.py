@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -40,7 +41,8 @@ from benchmarks.faults.harness import Counts, Env, Params, Shared, summary  # no
 
 def run_case(shared: Shared, case: Case, params: Params, label: str = "") -> dict[str, Any]:
     """One case, start to count; the row of the table (as a dict)."""
-    env = Env(shared, case.name + (f"_{label}" if label else ""), params)
+    suffix = re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+    env = Env(shared, case.name + (f"_{suffix}" if suffix else ""), params)
     started = time.monotonic()
     try:
         case.run(env)
