@@ -354,6 +354,8 @@ class KafkaIngest:
             except DB_UNAVAILABLE as exc:
                 if self._stopping.is_set() or self._revoking:
                     reset = self.ingestor.abandon()
+                    for partition in reset:  # its decoders are gone: a reassignment must rewind it
+                        self._processed.pop(partition, None)
                     log.info("batch given up (%s) while the database is away; partitions %s are re-read",
                              "stopping" if self._stopping.is_set() else "rebalance", sorted(reset) or "-")
                     return False
