@@ -62,8 +62,16 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
     limited = RateLimitedLog(log)
     delay = 0.5
     while not stop.is_set():
+        opening = asyncio.create_task(Store.open(settings.dsn(), profile=settings.db_profile))
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not opening.done():  # stopped while connecting
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
+            return None
         try:
-            store = await Store.open(settings.dsn(), profile=settings.db_profile)
+            store = opening.result()
         except MigrationError as exc:
             raise ConfigError(str(exc)) from None
         except DB_UNAVAILABLE as exc:
