@@ -46,8 +46,7 @@ PostgreSQL every ``--poll-ms`` for each tracked GPU's newest stored ts; a single
 stores each GPU's frames in order, one transaction per batch, so a row (gpu, ts) became
 visible at the first poll whose newest ts for that GPU is >= ts. Freshness = that poll's
 start time - ts (resolution: the poll period), split into the time in the Framer and the
-rest. ``--fetch-max-wait-ms`` runs the collector with another consumer fetch wait (an
-experiment; the code is not changed).
+rest. ``--fetch-max-wait-ms`` runs the collector with another ``fetch_max_wait_ms`` setting.
 
 Other processes on this machine are not ours to stop: each run first waits (up to
 ``--wait-quiet`` s) for the CPU to be quiet and reports what other processes used.
@@ -156,12 +155,10 @@ def _wait_quiet(max_wait: float, busy_below: float = 0.25) -> dict[str, Any]:
 
 
 def _shipped_fetch_wait() -> str:
-    """The collector consumer's fetch_max_wait_ms as the code in this tree sets it."""
-    import re
+    """The collector's default fetch_max_wait_ms (a collector setting)."""
+    from collector.settings import ConsumerTuning
 
-    text = (ROOT / "collector" / "consumer.py").read_text()
-    m = re.search(r"fetch_max_wait_ms\s*=\s*(\d+)", text)
-    return f"{m.group(1)} (as shipped)" if m else "500 (aiokafka default, as shipped)"
+    return f"{ConsumerTuning.fetch_max_wait_ms} (the default setting)"
 
 
 def _code_state() -> dict[str, Any]:
@@ -306,14 +303,13 @@ class Infra:
         cmd = [sys.executable]
         if profile:
             cmd += ["-m", "cProfile", "-o", profile]
-        if fetch_max_wait_ms is None:
-            cmd += ["-m", "gpuwatch"]
-        else:  # the collector as shipped, but its consumer's fetch_max_wait_ms changed (an experiment)
-            cmd += [str(Path(__file__).resolve()), "_collector", "--fetch-max-wait-ms", str(fetch_max_wait_ms), "--"]
+        cmd += ["-m", "gpuwatch"]
         # the REST API off: ingest is what is measured (the API serves reads, not this path)
         cmd += ["collector", "--db", self.dsn, "--kafka-bootstrap", self.bootstrap, "--log-level", "INFO",
                 "--api-port", "-1"] + ([] if detect else ["--no-detect"])
         env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUWATCH_MAX_BATCH": str(max_batch)}
+        if fetch_max_wait_ms is not None:  # the collector's fetch_max_wait_ms setting
+            env["GPUWATCH_FETCH_MAX_WAIT_MS"] = str(fetch_max_wait_ms)
         self.collector = subprocess.Popen(cmd, stdout=self.collector_log.open("ab"), stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
 
@@ -1469,30 +1465,6 @@ def _print_freshness(r: dict[str, Any]) -> None:
 # ======================================================================================
 
 
-def _collector_main(argv: list[str]) -> int:
-    """``gpuwatch collector`` exactly as shipped, except the Kafka consumer's ``fetch_max_wait_ms``.
-
-    tansu answers a fetch only when ``fetch_max_wait_ms`` expires, not when data arrives (a
-    real Kafka broker answers at once once ``fetch_min_bytes`` are there), so with aiokafka's
-    default of 500 ms every frame waits for the next fetch cycle. This shows how much of the
-    freshness that is; the collector's code is not changed.
-    """
-    wait = int(argv[argv.index("--fetch-max-wait-ms") + 1])
-    rest = argv[argv.index("--") + 1:]
-    import collector.consumer as consumer_mod
-    from gpuwatch.cli import main as gpuwatch_main
-
-    base: Any = vars(consumer_mod)["AIOKafkaConsumer"]  # not in its __all__
-
-    class Consumer(base):  # type: ignore[misc]
-        def __init__(self, *a: Any, **kw: Any) -> None:
-            kw["fetch_max_wait_ms"] = wait  # overrides what the collector passes
-            super().__init__(*a, **kw)
-
-    vars(consumer_mod)["AIOKafkaConsumer"] = Consumer
-    return int(gpuwatch_main(rest) or 0)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1529,8 +1501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="agents on their own machines: frames encoded before the run (on its future timestamps) "
                         "and handed to the Sender when the Framer would; this machine pays only for sending")
     f.add_argument("--fetch-max-wait-ms", type=int, default=None,
-                   help="experiment: run the collector with this consumer fetch_max_wait_ms (default: as shipped, "
-                        "aiokafka's 500)")
+                   help="run the collector with this fetch_max_wait_ms setting (default: the collector's default)")
 
     p = sub.add_parser("_produce")  # internal: the producer subprocess of `freshness`
     for name in ("--bootstrap", "--tracked", "--spool", "--out"):
@@ -1544,8 +1515,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prerendered", action="store_true")
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["_collector"]:  # internal: `gpuwatch collector` with a patched fetch_max_wait_ms
-        return _collector_main(argv[1:])
     args = ap.parse_args(argv)
     if args.cmd == "_produce":
         return _produce_main(args)

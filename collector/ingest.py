@@ -1,36 +1,52 @@
-"""Turning a batch of transport messages into stored rows, dead letters and a resume point.
+"""Turning a batch of transport messages into stored rows, dead letters and keyframe requests.
 
 Transport-neutral: the Kafka consumer and the in-process queue of ``gpuwatch up`` both
 hand batches of :class:`Inbound` here. For each message:
 
-* ``type=frame``: routed by its header's GPU to that GPU's decoder (one per partition and
-  GPU); records are validated; a frame that fails either goes to the dead-letter sink
-  with the reason, and never blocks the rest;
+* ``type=frame``: routed to its stream's decoder (:mod:`collector.streams`: one per node,
+  agent instance and GPU); records are validated; a frame that fails either goes to the
+  dead-letter sink with the reason, and never blocks the rest;
 * ``type=event``: JSON of an :class:`~telemetry.records.EventRecord`;
 * anything else: dead-lettered.
 
-Frames are deltas against the previous frame of the same GPU, so a consumer that starts
-mid-stream (after a restart or a rebalance) rewinds to the last keyframe of every GPU in
-the partition (:attr:`Ingestor.resume_offsets`, persisted after each batch) and decodes
-forward; writes are idempotent, so what is decoded twice is stored once. A delta frame
-before any keyframe at an offset already stored is skipped; past that it is dead-lettered.
+Frames are deltas against the previous frame of the same stream. A consumer that starts
+mid-stream (a restart, a rebalance) rewinds to the last keyframe of every stream in the
+partition (:meth:`Ingestor.resume_offsets`, persisted after each batch) and decodes
+forward; writes are idempotent, so what is decoded twice is stored once. Everything below
+:attr:`Ingestor.stored_below` (the partition's committed offset) was handled before: there,
+a delta without its base and a message that cannot be read are skipped, not dead-lettered
+(again). Past it, a delta whose base is missing (before any keyframe, after a sequence
+gap) is dead-lettered and its agent is asked for a keyframe (:data:`RequestKeyframe`, at
+most once per stream every ``keyframe_request_interval_s``); the next keyframe is taken at
+once. Duplicates (a frame delivered twice) are recognised by sequence number and time.
+
+A batch whose write fails (database away) raises; the caller retries the same batch and
+this module resumes it where it stopped: decoding is not repeated (decoders have moved
+past these frames), dead letters already sent are not sent again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from telemetry.codec import FrameDecoder, FrameError, peek_header
+from collector.streams import Stream, StreamId, StreamTable, UuidConflicts, seq_behind
+from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
+from telemetry.control import KeyframeRequest
+from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
-_SEQ_MASK = 0xFFFFFFFF  # frame sequence numbers are u32 and wrap
-_SEQ_HALF = 1 << 31
+_limited = RateLimitedLog(log)
+
+#: the kind of the event recorded when one GPU UUID is reported by two nodes at once
+UUID_CONFLICT_KIND = "gpu_uuid_conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +65,16 @@ class Inbound:
                 return v
         return None
 
+    def header_text(self, name: str) -> str | None:
+        """A UTF-8 header's text; None when absent, empty or not UTF-8."""
+        raw = self.header(name)
+        if not raw:
+            return None
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
 
 class RecordStore(Protocol):
     async def write(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> Any: ...
@@ -63,13 +89,10 @@ def _validate_event_noop(_event: EventRecord) -> None:
 
 
 DeadLetter = Callable[[Inbound, str], Awaitable[None]]
-
-
-@dataclass(slots=True)
-class _GpuStream:
-    decoder: FrameDecoder
-    keyframe_offset: int | None = None  # offset of the last keyframe decoded
-    last_offset: int = -1
+#: Deliver a keyframe request to the agent that can answer it (the Kafka control topic, or in
+#: process in ``gpuwatch up``). A request is a hint (the scheduled keyframe still comes), so it
+#: must not raise: a delivery problem is the callable's to count and log.
+RequestKeyframe = Callable[[KeyframeRequest], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -84,7 +107,26 @@ class BatchResult:
 
 Frames = list[tuple[Inbound, list[GpuRecord]]]
 Events = list[tuple[Inbound, EventRecord]]
-Prepared = tuple[BatchResult, Frames, Events, list[tuple[Inbound, str]]]
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A batch on its way: decoded once, then written, then its dead letters sent."""
+
+    key: tuple[int, int, int, int]
+    partitions: set[int]
+    result: BatchResult
+    frames: Frames = field(default_factory=list)
+    events: Events = field(default_factory=list)
+    dead: list[tuple[Inbound, str]] = field(default_factory=list)
+    requests: list[KeyframeRequest] = field(default_factory=list)
+    streams: list[Stream] = field(default_factory=list)  # the streams that decoded frames of this batch
+    written: bool = False
+    dead_sent: int = 0
+
+
+def _batch_key(batch: Sequence[Inbound]) -> tuple[int, int, int, int]:
+    return (len(batch), batch[0].partition, batch[0].offset, batch[-1].offset) if batch else (0, 0, 0, 0)
 
 
 @dataclass(slots=True)
@@ -94,143 +136,312 @@ class Ingestor:
     validate: Callable[[GpuRecord], None] = _validate_noop
     validate_event: Callable[[EventRecord], None] = _validate_event_noop
     counters: Counter[str] = field(default_factory=Counter)
-    # offsets already stored per partition (from the last commit): below them, undecodable
-    # deltas are expected after a rewind and are skipped rather than dead-lettered
+    # offsets already handled per partition (its committed offset): below them, what cannot
+    # be decoded is expected after a rewind, or was dead-lettered before, and is skipped
     stored_below: dict[int, int] = field(default_factory=dict)
     # called with each batch's records and events after the store committed them (detection)
     on_committed: Callable[[Sequence[GpuRecord], Sequence[EventRecord]], None] | None = None
-    _streams: dict[tuple[int, str], _GpuStream] = field(default_factory=dict)
-    # the decoded form of a batch whose write failed, reused when the caller retries it
-    _prepared: tuple[tuple[int, int, int, int], Prepared] | None = None
+    request_keyframe: RequestKeyframe | None = None
+    keyframe_request_interval_s: float = 10.0
+    stream_idle_s: float = 900.0
+    clock: Callable[[], float] = time.monotonic
+    streams: StreamTable = field(default_factory=StreamTable)
+    conflicts: UuidConflicts = field(default_factory=UuidConflicts)
+    _requested: dict[StreamId, float] = field(default_factory=dict)  # stream -> clock() of its last request
+    _pending: _Pending | None = None
 
+    # ---- partitions ----
     def reset_partition(self, partition: int, stored_below: int | None) -> None:
-        """Forget decoder state of a partition (before a rewind or after a revoke)."""
-        for key in [k for k in self._streams if k[0] == partition]:
-            del self._streams[key]
-        self._prepared = None
+        """Forget a partition's decoders (before a rewind, or when it went to another collector)."""
+        self.streams.drop_partition(partition)
+        if self._pending is not None and partition in self._pending.partitions:
+            self._pending = None
         if stored_below is None:
             self.stored_below.pop(partition, None)
         else:
             self.stored_below[partition] = stored_below
 
-    def resume_offsets(self) -> dict[int, int]:
-        """Per partition, the offset to re-read from so every GPU's decoder can be rebuilt."""
-        out: dict[int, int] = {}
-        for (partition, _gpu), stream in self._streams.items():
-            if stream.keyframe_offset is None:
-                continue
-            cur = out.get(partition)
-            out[partition] = stream.keyframe_offset if cur is None else min(cur, stream.keyframe_offset)
-        return out
+    def mark_stored(self, partition: int, below: int) -> None:
+        """Everything of ``partition`` below ``below`` is handled (only ever moves forward)."""
+        if below > self.stored_below.get(partition, -1):
+            self.stored_below[partition] = below
 
-    async def handle(self, batch: Sequence[Inbound]) -> BatchResult:
-        """Decode, validate and store a batch; raises only if the store fails.
+    def abandon(self) -> set[int]:
+        """Give up the batch in progress (a rebalance or shutdown while the database is away).
 
-        Nothing is lost then: the caller retries the *same* batch, and the retry reuses what
-        this call decoded (decoders have moved past these frames; decoding them again would
-        find delta frames without their base).
+        If it was not written, its partitions' decoders are past frames that were never
+        stored: they are reset, so the next read rebuilds them from the resume offset.
+        Returns the partitions reset.
         """
-        key = (len(batch), batch[0].partition, batch[0].offset, batch[-1].offset) if batch else (0, 0, 0, 0)
-        if self._prepared is not None and self._prepared[0] == key:
-            result, frames, events, dead = self._prepared[1]
-        else:
-            result, frames, events, dead = self._prepare(batch)
-        try:
-            try:
-                records = [r for _, decoded in frames for r in decoded]
-                result.written = await self.store.write(records, [e for _, e in events])
-            except ValueError:
-                # The store refused a record before touching the database (it validates each
-                # one anyway, so the happy path validates once); find the frames to set aside.
-                frames, events = self._drop_invalid(frames, events, dead)
-                records = [r for _, decoded in frames for r in decoded]
-                result.written = await self.store.write(records, [e for _, e in events])
-        except BaseException:
-            self._prepared = (key, (result, frames, events, dead))
-            raise
-        self._prepared = None
-        if self.on_committed is not None:
-            self.on_committed(records, [e for _, e in events])
-        for msg, reason in dead:
+        pending, self._pending = self._pending, None
+        if pending is None or pending.written:
+            return set()
+        for partition in pending.partitions:
+            self.streams.drop_partition(partition)
+        return pending.partitions
+
+    def resume_offsets(self) -> dict[int, int]:
+        """Per partition, the offset to re-read from so every stream's decoder can be rebuilt."""
+        self.streams.expire(self.clock(), self.stream_idle_s)
+        return self.streams.resume_offsets()
+
+    # ---- a batch ----
+    async def handle(self, batch: Sequence[Inbound]) -> BatchResult:
+        """Decode, validate and store a batch; raises only if the store or the dead-letter sink fails.
+
+        Nothing is lost then: the caller retries the *same* batch, and the retry resumes
+        what this call began.
+        """
+        key = _batch_key(batch)
+        pending = self._pending
+        if pending is None or pending.key != key:
+            pending = self._pending = self._prepare(batch, key)
+        if not pending.written:
+            await self._write(pending)
+            pending.written = True
+            now = self.clock()
+            for stream in pending.streams:  # a long outage must not make them look gone
+                stream.last_used = now
+            self._notify(pending)
+        while pending.dead_sent < len(pending.dead):
+            msg, reason = pending.dead[pending.dead_sent]
             await self.dead_letter(msg, reason)
+            pending.dead_sent += 1
             self.counters["dead_lettered"] += 1
-        result.records, result.events, result.dead = len(records), len(events), len(dead)
+        self._pending = None
+        await self._send_requests(pending.requests)
+        result = pending.result
+        records = [r for _, decoded in pending.frames for r in decoded]
+        result.records, result.events, result.dead = len(records), len(pending.events), len(pending.dead)
         result.newest_ts = max((r.ts for r in records), default=None)
         self.counters["records"] += len(records)
-        self.counters["events"] += len(events)
+        self.counters["events"] += len(pending.events)
         self.counters["frames_skipped"] += result.skipped
         return result
 
-    def _drop_invalid(self, frames: Frames, events: Events, dead: list[tuple[Inbound, str]]) -> tuple[Frames, Events]:
+    async def _write(self, pending: _Pending) -> None:
+        records = [r for _, decoded in pending.frames for r in decoded]
+        events = [e for _, e in pending.events]
+        try:
+            pending.result.written = await self.store.write(records, events)
+            return
+        except ValueError:
+            # The store refused something (it validates every record before touching the
+            # database, so the happy path validates once): find what to set aside.
+            pass
+        self._drop_invalid(pending)
+        records = [r for _, decoded in pending.frames for r in decoded]
+        events = [e for _, e in pending.events]
+        try:
+            pending.result.written = await self.store.write(records, events)
+        except ValueError:
+            # valid records, yet refused by the database: isolate the frames it refuses
+            pending.result.written = await self._write_one_by_one(pending)
+
+    async def _write_one_by_one(self, pending: _Pending) -> Any:
+        written: Any = None
+        kept: Frames = []
+        for msg, decoded in pending.frames:
+            try:
+                done = await self.store.write(decoded)
+            except ValueError as exc:
+                pending.dead.append((msg, f"refused by the database: {exc}"))
+                continue
+            kept.append((msg, decoded))
+            written = done if written is None else written + done
+        kept_events: Events = []
+        for msg, event in pending.events:
+            try:
+                done = await self.store.write((), [event])
+            except ValueError as exc:
+                pending.dead.append((msg, f"event refused by the database: {exc}"))
+                continue
+            kept_events.append((msg, event))
+            written = done if written is None else written + done
+        pending.frames, pending.events = kept, kept_events
+        return written
+
+    def _notify(self, pending: _Pending) -> None:
+        if self.on_committed is None:
+            return
+        records = [r for _, decoded in pending.frames for r in decoded]
+        try:
+            self.on_committed(records, [e for _, e in pending.events])
+        except Exception as exc:  # detection must never stop ingest: the rows are stored
+            self.counters["detection_errors"] += 1
+            _limited.error("detect", "anomaly detection failed on a stored batch (%s: %s); ingest goes on",
+                           type(exc).__name__, exc)
+            log.debug("detection failure", exc_info=True)
+
+    async def _send_requests(self, requests: list[KeyframeRequest]) -> None:
+        if self.request_keyframe is None:
+            return
+        for request in requests:
+            await self.request_keyframe(request)
+            self.counters["keyframe_requests"] += 1
+
+    def _drop_invalid(self, pending: _Pending) -> None:
         good_frames: Frames = []
-        for msg, decoded in frames:
+        for msg, decoded in pending.frames:
             try:
                 for record in decoded:
                     self.validate(record)
             except ValueError as exc:
-                dead.append((msg, f"invalid record: {exc}"))
+                pending.dead.append((msg, f"invalid record: {exc}"))
                 continue
             good_frames.append((msg, decoded))
         good_events: Events = []
-        for msg, event in events:
+        for msg, event in pending.events:
             try:
                 self.validate_event(event)
             except ValueError as exc:
-                dead.append((msg, f"invalid event: {exc}"))
+                pending.dead.append((msg, f"invalid event: {exc}"))
                 continue
             good_events.append((msg, event))
-        return good_frames, good_events
+        pending.frames, pending.events = good_frames, good_events
 
-    def _prepare(self, batch: Sequence[Inbound]) -> Prepared:
-        result = BatchResult()
-        frames: Frames = []
-        events: Events = []
-        dead: list[tuple[Inbound, str]] = []
+    # ---- decoding ----
+    def _prepare(self, batch: Sequence[Inbound], key: tuple[int, int, int, int]) -> _Pending:
+        pending = _Pending(key, {m.partition for m in batch}, BatchResult())
         for msg in batch:
             kind = msg.header("type")
             if kind == b"frame" or kind is None:
-                self._frame(msg, frames, dead, result)
+                self._frame(msg, pending)
             elif kind == b"event":
                 try:
-                    events.append((msg, _parse_event(msg.value)))
+                    pending.events.append((msg, _parse_event(msg.value)))
                 except ValueError as exc:
-                    dead.append((msg, f"bad event: {exc}"))
+                    self._reject(msg, f"bad event: {exc}", pending)
             else:
-                dead.append((msg, f"unknown message type {kind!r}"))
-        return result, frames, events, dead
+                self._reject(msg, f"unknown message type {kind[:40]!r}", pending)
+        return pending
 
-    def _frame(self, msg: Inbound, frames: Frames, dead: list[tuple[Inbound, str]], result: BatchResult) -> None:
+    def _handled_before(self, msg: Inbound) -> bool:
+        return msg.offset < self.stored_below.get(msg.partition, -1)
+
+    def _reject(self, msg: Inbound, reason: str, pending: _Pending) -> None:
+        if self._handled_before(msg):
+            pending.result.skipped += 1  # read again after a rewind: dead-lettered (or stored) the first time
+            self.counters["reread_skipped"] += 1
+        else:
+            pending.dead.append((msg, reason))
+
+    def _frame(self, msg: Inbound, pending: _Pending) -> None:
         try:
             header = peek_header(msg.value)
         except FrameError as exc:
-            dead.append((msg, f"undecodable frame: {exc}"))
+            self._reject(msg, f"undecodable frame: {exc}", pending)
             return
-        key = (msg.partition, header.gpu)
-        stream = self._streams.get(key)
-        if stream is None:
-            stream = self._streams[key] = _GpuStream(FrameDecoder())
-        if msg.offset <= stream.last_offset:
-            result.skipped += 1  # redelivered within this consumer's life: already decoded
-            return
-        if not header.keyframe and stream.decoder.expected_seq is None \
-                and msg.offset < self.stored_below.get(msg.partition, -1):
-            stream.last_offset = msg.offset
-            result.skipped += 1  # a delta before this GPU's keyframe, already stored before a rewind
-            return
-        expected = stream.decoder.expected_seq
-        if not header.keyframe and expected is not None and 0 < ((expected - header.seq) & _SEQ_MASK) < _SEQ_HALF:
-            result.skipped += 1  # a frame delivered twice (a producer retry after a broker died mid-request)
-            self.counters["duplicate_frames"] += 1
-            return
-        try:
-            decoded = stream.decoder.decode_checked(msg.value, header)
-        except FrameError as exc:
-            dead.append((msg, f"undecodable frame: {exc}"))
-            return
-        stream.last_offset = msg.offset
         if header.keyframe:
-            stream.keyframe_offset = msg.offset
-        frames.append((msg, decoded))
+            self._keyframe(msg, header, pending)
+        else:
+            self._delta(msg, header, pending)
+
+    def _decode(self, decoder: FrameDecoder, msg: Inbound, header: FrameHeader,
+                pending: _Pending) -> list[GpuRecord] | None:
+        try:
+            return decoder.decode_checked(msg.value, header)
+        except FrameError as exc:
+            self._reject(msg, f"undecodable frame: {exc}", pending)
+        except Exception as exc:  # a decoder bug met by hostile input: set the frame aside, go on
+            self.counters["decoder_errors"] += 1
+            log.debug("decoder error at %d@%d", msg.partition, msg.offset, exc_info=True)
+            self._reject(msg, f"undecodable frame (decoder error {type(exc).__name__}: {exc})", pending)
+        return None
+
+    def _keyframe(self, msg: Inbound, header: FrameHeader, pending: _Pending) -> None:
+        fresh = FrameDecoder()
+        records = self._decode(fresh, msg, header, pending)
+        if records is None:
+            return
+        node = msg.header_text("node") or records[-1].node
+        sid = StreamId(msg.partition, node, msg.header_text("instance"), header.gpu)
+        newest = max(r.ts for r in records)
+        stream = self.streams.get(sid)
+        if stream is not None and stream.expected_seq is not None and newest <= stream.last_ts:
+            self.counters["stale_keyframes"] += 1  # a replay: stored (idempotently), the base stays
+        else:
+            stream = self.streams.install(sid, fresh, msg.offset, newest, self.clock())
+        if stream is not None:
+            pending.streams.append(stream)
+        self._accept(msg, sid, records, pending)
+
+    def _delta(self, msg: Inbound, header: FrameHeader, pending: _Pending) -> None:
+        node = msg.header_text("node")
+        if node is not None:
+            sid = StreamId(msg.partition, node, msg.header_text("instance"), header.gpu)
+            found = self.streams.get(sid)
+            candidates = [found] if found is not None else []
+        else:  # an agent without identity headers: match by sequence number, then by time
+            candidates = self.streams.without_instance(msg.partition, header.gpu)
+            sid = candidates[0].id if len(candidates) == 1 else StreamId(msg.partition, "", None, header.gpu)
+        matching = [s for s in candidates if s.expected_seq == header.seq]
+        if len(matching) > 1:
+            # Agents without identity headers on two nodes, one UUID, in step: decoding
+            # against the wrong base would store wrong values under the wrong node.
+            self.counters["ambiguous_frames"] += 1
+            nodes = ", ".join(sorted(s.id.node for s in matching))
+            self._reject(msg, f"undecodable frame: ambiguous: the streams of {header.gpu} from nodes {nodes} "
+                         f"(agents without node/instance headers) all expect frame {header.seq}", pending)
+            return
+        if matching:
+            stream = matching[0]
+            records = self._decode(stream.decoder, msg, header, pending)
+            if records is None:
+                return
+            stream.last_ts = max(stream.last_ts, max(r.ts for r in records))
+            self.streams.touch(stream, self.clock())
+            pending.streams.append(stream)
+            self._accept(msg, stream.id, records, pending)
+            return
+        for s in candidates:
+            if s.expected_seq is not None and seq_behind(header.seq, s.expected_seq) \
+                    and header.first_ts <= s.last_ts:
+                pending.result.skipped += 1  # delivered twice (a producer retry, a re-read)
+                self.counters["duplicate_frames"] += 1
+                return
+        if self._handled_before(msg):
+            pending.result.skipped += 1  # a delta before its stream's keyframe, handled before a rewind
+            return
+        based = [s for s in candidates if s.expected_seq is not None]
+        if based:
+            reason = (f"sequence gap: expected frame {based[0].expected_seq}, got {header.seq}; this delta "
+                      "frame's base is missing, waiting for a keyframe")
+        else:
+            reason = f"delta frame {header.seq} of {header.gpu} before any keyframe: waiting for a keyframe"
+        pending.dead.append((msg, f"undecodable frame: {reason}"))
+        self.counters["frames_without_base"] += 1
+        self._ask_keyframe(sid, reason, header, pending)
+
+    def _ask_keyframe(self, sid: StreamId, reason: str, header: FrameHeader, pending: _Pending) -> None:
+        if self.request_keyframe is None:
+            return
+        if not sid.node:
+            self.counters["keyframe_requests_unaddressable"] += 1  # an older agent: it cannot answer anyway
+            return
+        now = self.clock()
+        last = self._requested.get(sid)
+        if last is not None and now - last < self.keyframe_request_interval_s:
+            return
+        if len(self._requested) > 4 * max(1, len(self.streams)) + 1024:
+            self._requested = {k: t for k, t in self._requested.items()
+                               if now - t < self.keyframe_request_interval_s}
+        self._requested[sid] = now
+        ts = header.first_ts if math.isfinite(header.first_ts) else 0.0
+        pending.requests.append(KeyframeRequest(sid.node, sid.gpu, reason[:200], ts, sid.instance))
+
+    def _accept(self, msg: Inbound, sid: StreamId, records: list[GpuRecord], pending: _Pending) -> None:
+        pending.frames.append((msg, records))
+        first, last = records[0].ts, records[-1].ts
+        other = self.conflicts.observe(sid.gpu, records[-1].node, min(first, last), max(first, last))
+        if other is not None:
+            node = records[-1].node
+            self.counters["gpu_uuid_conflicts"] += 1
+            detail = (f"GPU UUID {sid.gpu} is reported by node {other} and node {node} at once "
+                      "(a re-imaged node or a misconfigured simulator?); both streams are stored with their node")
+            _limited.warning(f"uuid:{sid.gpu}", "%s", detail)
+            event = EventRecord(first, node, sid.gpu, UUID_CONFLICT_KIND, None, detail)
+            pending.events.append((msg, event))
 
 
 def _parse_event(value: bytes) -> EventRecord:

@@ -2,7 +2,9 @@
 
 Why one: each round must survive the database going away (log it, try again next round,
 never end the task silently) and must stop at once when the process stops, not at the end
-of its sleep. Written once here, every background job gets both.
+of its sleep. Written once here, every background job gets both. A round that keeps
+failing (alert dispatch runs every second) is logged once, then counted
+(:class:`~telemetry.ratelimit.RateLimitedLog`), and its recovery is logged.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from telemetry.ratelimit import RateLimitedLog
+
 log = logging.getLogger(__name__)
+_limited = RateLimitedLog(log)
 
 #: failures that mean "the database (or network) is away for now": the next round retries
 TRANSIENT: tuple[type[BaseException], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -26,6 +31,9 @@ async def every(interval_s: float, stop: asyncio.Event, step: Callable[[], Await
         try:
             await step()
         except TRANSIENT as exc:
-            log.warning("%s skipped, retrying in %.0f s: %s", what, interval_s, exc)
+            _limited.warning(what, "%s skipped, retrying every %.0f s: %s: %s", what, interval_s,
+                             type(exc).__name__, exc)
+        else:
+            _limited.resolved(what, "%s works again", what)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)

@@ -1,7 +1,10 @@
 """Persisted resume offsets of the Kafka consumer (table ``ingest_positions``).
 
-Saved after each stored batch, before the Kafka commit: a crash between the two leaves a
-resume offset that is only older than it could be, which costs a re-read, never data.
+Saved after each stored batch, once its Kafka commit succeeded: a crash between the two
+leaves a resume offset that is only older than it could be, which costs a re-read, never
+data. (Saved before the commit, a resume offset could be too new for the committed offset
+that a restart re-reads from: a delta frame between the two whose keyframe lies before the
+new resume offset would then be undecodable, and dead-lettered although valid.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""``gpuwatch collector``: consume telemetry from Kafka and store it in PostgreSQL/TimescaleDB."""
+"""``gpuwatch collector``: consume telemetry from Kafka and store it in PostgreSQL/TimescaleDB.
+
+It never exits for bad input or for a dependency that is away: a database that is not
+reachable at start is waited for (one log line, then a count), the consumer retries every
+database step, and shutdown runs every stop step even when one fails. What is wrong with
+the configuration (a bad setting, a profile that cannot work on this database) is one line
+on stderr and exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger("gpuwatch.collector")
@@ -17,10 +25,18 @@ def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser("collector", help="run the central collector")
     p.add_argument("--db", help="PostgreSQL DSN (or GPUWATCH_DB; prefer --db-file for secrets)")
     p.add_argument("--db-file", help="file holding the DSN")
-    p.add_argument("--db-profile", choices=["auto", "timescale", "plain"])
+    p.add_argument("--db-profile", choices=["auto", "timescale", "plain"],
+                   help="storage profile (default auto: TimescaleDB when the extension can be used)")
     p.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
     p.add_argument("--kafka-topic", help="telemetry topic (default gpu.telemetry)")
     p.add_argument("--kafka-group", help="consumer group (default gpuwatch-collector)")
+    p.add_argument("--fetch-max-wait-ms", type=int, help="longest a broker may hold an empty fetch (default 500)")
+    p.add_argument("--fetch-max-bytes", type=int, help="bytes per fetch at most (default 64 MiB)")
+    p.add_argument("--max-partition-fetch-bytes", type=int, help="bytes per partition per fetch (default 8 MiB)")
+    p.add_argument("--dlq-max-request-size", type=int,
+                   help="largest dead-letter message; longer ones are cut to fit (default 1 MiB)")
+    p.add_argument("--stall-after-s", type=float,
+                   help="a partition with messages waiting that delivers nothing this long is stalled (default 30)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--no-detect", dest="detect", action="store_const", const=False,
                    help="store only: no anomaly detection in this replica (or GPUWATCH_DETECT=false)")
@@ -34,69 +50,150 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+class ConfigError(Exception):
+    """The configuration cannot work (not a transient failure); one line for the user."""
+
+
+async def open_store(settings: Any, stop: asyncio.Event) -> Any:
+    """Open the store, waiting while the database is not reachable; None if stopped meanwhile."""
+    from collector.store import DB_UNAVAILABLE, MigrationError, Store
+    from telemetry.ratelimit import RateLimitedLog
+
+    limited = RateLimitedLog(log)
+    delay = 0.5
+    while not stop.is_set():
+        opening = asyncio.create_task(Store.open(settings.dsn(), profile=settings.db_profile))
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not opening.done():  # stopped while connecting
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
+            return None
+        try:
+            store = opening.result()
+        except MigrationError as exc:
+            raise ConfigError(str(exc)) from None
+        except DB_UNAVAILABLE as exc:
+            limited.warning("open", "the database is not reachable (%s: %s); waiting for it",
+                            type(exc).__name__, exc)
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                delay = min(30.0, delay * 2)
+            continue
+        limited.resolved("open", "the database is reachable")
+        return store
+    return None
+
+
 async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = True,
                 alert_rules: str | None = None) -> None:
-    from collector import positions
+    from collector import deadletter, positions
     from collector.consumer import KafkaIngest
     from collector.ingest import Ingestor
-    from collector.store import Store, validate, validate_event
+    from collector.store import validate, validate_event
 
-    store = await Store.open(settings.dsn(), profile=settings.db_profile)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    store = await open_store(settings, stop)
+    if store is None:
+        return
     ingestor = Ingestor(store, dead_letter=_unset_dead_letter, validate=validate, validate_event=validate_event)
     from collector.alerting.service import from_rules_file
 
     detection = from_rules_file(store.pool, alert_rules)
     if settings.detect:
         ingestor.on_committed = detection.on_committed
+
+    async def record_dead_letter(topic: str, msg: Any, reason: str, why_not_kafka: str) -> None:
+        await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
+                                reason, why_not_kafka)
+
     consumer = KafkaIngest(
         ingestor, settings.kafka_bootstrap, settings.kafka_topic, settings.kafka_group,
         load_positions=lambda topic: positions.load(store.pool, topic),
         save_positions=lambda topic, offsets: positions.save(store.pool, topic, offsets),
+        record_dead_letter=record_dead_letter,
         max_records=settings.max_batch,
         client_kwargs=settings.kafka_client_security(),
+        tuning=settings.tuning(),
     )
-    await consumer.start()
     api = None
-    if api_settings is not None:
-        from collector.api.context import IngestStats
-        from collector.api.server import ApiServer
+    tasks: list[asyncio.Task[Any]] = []
+    failure: BaseException | None = None
+    try:
+        await _start(consumer, stop)
+        api = await _start_api(store, api_settings, api_port_given, ingestor, consumer)
+        if not stop.is_set():
+            print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
+                  f"into a {store.profile} PostgreSQL ({store.profile_reason})", flush=True)
+            from collector.periodic import every
 
-        stats = IngestStats(counters=lambda: ingestor.counters, lag=lambda: consumer.lag)
-        api = ApiServer(store.pool, api_settings, stats)
-        try:
-            await api.start()
-        except OSError as exc:
-            if api_port_given:
-                raise
-            log.warning("the API cannot listen on port %d (%s); using a free port", api_settings.port, exc)
-            api = ApiServer(store.pool, api_settings.model_copy(update={"port": 0}), stats)
-            await api.start()
-        print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics",
-              flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
-          f"into a {store.profile} PostgreSQL", flush=True)
-    runner = asyncio.create_task(consumer.run())
-    from collector.periodic import every
+            runner = asyncio.create_task(consumer.run())
+            stopper = asyncio.create_task(stop.wait())
+            tasks = [runner, stopper,
+                     asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance")),
+                     asyncio.create_task(detection.run(stop))]
+            await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if runner.done() and not runner.cancelled():
+                failure = runner.exception()
+    finally:
+        stop.set()
+        if api is not None:
+            await _step("the API", api.stop)
+        await _step("the consumer", consumer.stop)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await _step("detection", detection.close)
+        await _step("the store", store.close)
+    if failure is not None:
+        raise failure
 
-    maintainer = asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance"))
-    detector = asyncio.create_task(detection.run(stop))
+
+async def _start(consumer: Any, stop: asyncio.Event) -> None:
+    starting = asyncio.create_task(consumer.start())
     stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    if api is not None:
-        await api.stop()
-    await consumer.stop()
-    stop.set()
-    for task in (runner, maintainer, stopper):
-        task.cancel()
-    await asyncio.gather(runner, maintainer, stopper, detector, return_exceptions=True)
-    await detection.close()
-    await store.close()
-    if runner in done and runner.exception() is not None:
-        raise runner.exception()  # type: ignore[misc]
+    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        await consumer.stop()
+        starting.cancel()
+    stopper.cancel()
+    await asyncio.gather(starting, stopper, return_exceptions=True)
+
+
+async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingestor: Any, consumer: Any) -> Any:
+    if api_settings is None:
+        return None
+    from collector.api.context import IngestStats
+    from collector.api.server import ApiServer
+
+    stats = IngestStats(counters=lambda: ingestor.counters, lag=lambda: consumer.lag, families=consumer.families)
+    api = ApiServer(store.pool, api_settings, stats)
+    try:
+        await api.start()
+    except OSError as exc:
+        if api_port_given:
+            raise ConfigError(f"the API cannot listen on {api_settings.host}:{api_settings.port}: {exc}") from None
+        log.warning("the API cannot listen on port %d (%s); using a free port", api_settings.port, exc)
+        api = ApiServer(store.pool, api_settings.model_copy(update={"port": 0}), stats)
+        await api.start()
+    print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics", flush=True)
+    return api
+
+
+async def _step(name: str, step: Callable[[], Awaitable[Any]]) -> None:
+    """One shutdown step; its failure is logged and the next steps still run."""
+    import asyncpg
+    from aiokafka.errors import KafkaError
+
+    try:
+        await step()
+    except (OSError, RuntimeError, TimeoutError, KafkaError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.warning("stopping %s failed (shutdown goes on): %s: %s", name, type(exc).__name__, exc)
 
 
 async def _unset_dead_letter(_msg: Any, _reason: str) -> None:
@@ -105,6 +202,7 @@ async def _unset_dead_letter(_msg: Any, _reason: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from agent.settings import SettingsError, load  # the shared settings loader
+    from collector import clientlogs
     from collector.settings import CollectorSettings
 
     keys = CollectorSettings.model_fields
@@ -125,6 +223,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpuwatch collector: {exc}", file=sys.stderr)
             return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    clientlogs.install()
     port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
-    asyncio.run(serve(settings, api_settings, port_given, args.alert_rules or os.environ.get("GPUWATCH_ALERT_RULES")))
+    rules = args.alert_rules or os.environ.get("GPUWATCH_ALERT_RULES")
+    try:
+        asyncio.run(serve(settings, api_settings, port_given, rules))
+    except ConfigError as exc:
+        print(f"gpuwatch collector: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -59,6 +59,8 @@ def register(subparsers: Any) -> None:
     where.add_argument("--data-dir", type=Path, metavar="DIR",
                        help="where the embedded PostgreSQL lives (default $XDG_DATA_HOME/gpuwatch or "
                             "~/.local/share/gpuwatch, also as root); one `up` at a time")
+    p.add_argument("--db-profile", choices=["auto", "timescale", "plain"], default="auto",
+                   help="storage profile (default auto: TimescaleDB when the extension can be used)")
     p.add_argument("--metrics-port", type=int, default=9400, metavar="PORT", help="port of /metrics (default 9400)")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address of /metrics (default 127.0.0.1)")
     p.add_argument("--api-port", type=_api_port, metavar="PORT",
@@ -210,6 +212,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     from gpuwatch.datadir import DataDirLock, cluster_root, default_data_dir
     from gpuwatch.embedded_pg import PgServer
     from gpuwatch.inprocess import InProcessTransport
+    from telemetry.control import KeyframeRequest
 
     stop = run.stop
     pg: PgServer | None = None
@@ -224,7 +227,12 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         await _ensure_database(pg.dsn("postgres"), "gpuwatch")
         dsn = pg.dsn("gpuwatch")
         where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
-    store = await Store.open(dsn)
+    from collector.store import MigrationError
+
+    try:
+        store = await Store.open(dsn, profile=args.db_profile)
+    except MigrationError as exc:
+        raise UserError(str(exc), code=2) from None
     stack.push_async_callback(store.close)
     if pg is not None:
         await _revoke_left_over_tokens(store.pool)
@@ -234,7 +242,15 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         dead.append((msg, reason))
         log.warning("dead-lettered message %d: %s", msg.offset, reason)
 
-    ingestor = Ingestor(store, dead_letter, validate, validate_event)
+    answering: list[tuple[Framer, str, str]] = []  # the agent of this process, once it is built
+
+    async def keyframe_in_process(request: KeyframeRequest) -> None:
+        """The collector lost a stream's base: the agent in this process answers at once."""
+        for framer_, node, instance in answering:
+            if request.matches(node, instance):
+                framer_.request_keyframe(request.gpu)
+
+    ingestor = Ingestor(store, dead_letter, validate, validate_event, request_keyframe=keyframe_in_process)
     from collector.alerting.service import from_rules_file
 
     detection = from_rules_file(store.pool, args.alert_rules)
@@ -251,6 +267,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     agent = build_agent(settings)
     agent.open()
     framer = Framer(transport.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
+    answering.append((framer, agent.node, agent.instance))
     agent.record_sinks.append(framer.add)
     agent.event_sinks.append(framer.add_event)
     tasks: list[asyncio.Task[Any]] = []

@@ -44,6 +44,8 @@ PGLITE_DIR = Path(__file__).parent / "pglite"
 GPU_T = "GPU-77777777-0000-4000-8000-000000000001"
 GPU_U = "GPU-77777777-0000-4000-8000-000000000002"
 GPU_V = "GPU-77777777-0000-4000-8000-000000000003"
+GPU_W = "GPU-77777777-0000-4000-8000-000000000004"
+GPU_X = "GPU-77777777-0000-4000-8000-000000000005"
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +128,10 @@ def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_ds
                 "FROM timescaledb_information.continuous_aggregates")},
             "materialized_1m": await store.pool.fetchval(
                 "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
-                "WHERE view_name = 'gpu_samples_1m'"),
+                "WHERE view_name = 'gpu_samples_1m_v2'"),
+            "materialized_1m_v1": await store.pool.fetchval(
+                "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
+                "WHERE view_name = 'gpu_samples_1m_v1'"),
             "jobs": [(r["proc_name"], r["name"], r["config"], r["schedule_interval"]) for r in await fetch(
                 "SELECT j.proc_name, coalesce(c.view_name, j.hypertable_name) AS name, j.config, "
                 "j.schedule_interval FROM timescaledb_information.jobs j "
@@ -142,23 +147,27 @@ def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_ds
     assert out["hypertables"] == {"gpu_samples": True, "process_samples": True}
     assert {("gpu_samples", "gpu"), ("process_samples", "gpu")} <= out["segmentby"]
     assert out["caggs"] == {
-        "gpu_samples_1m": ("gpu_samples", False),
+        "gpu_samples_1m_v2": ("gpu_samples", False),
         # hierarchical: built on the 1-minute rollup (its materialization hypertable)
-        "gpu_samples_1h": (out["materialized_1m"], False),
+        "gpu_samples_1h_v2": (out["materialized_1m"], False),
         "process_samples_1m": ("process_samples", False),
+        # the rollups before migration 0050 (no per-metric counts), read before the cutover
+        "gpu_samples_1m_v1": ("gpu_samples", False),
+        "gpu_samples_1h_v1": (out["materialized_1m_v1"], False),
     }
     jobs = {(proc, name): json.loads(config) for proc, name, config, _ in out["jobs"]}
     assert jobs[("policy_compression", "gpu_samples")]["compress_after"] == "1 day"
     assert jobs[("policy_compression", "process_samples")]["compress_after"] == "1 day"
     assert jobs[("policy_retention", "gpu_samples")]["drop_after"] == "14 days"
     assert jobs[("policy_retention", "process_samples")]["drop_after"] == "14 days"
-    assert jobs[("policy_retention", "gpu_samples_1m")]["drop_after"] == "90 days"
+    for version in ("v1", "v2"):
+        assert jobs[("policy_retention", f"gpu_samples_1m_{version}")]["drop_after"] == "90 days"
+        assert jobs[("policy_retention", f"gpu_samples_1h_{version}")]["drop_after"] == "2 years"
     assert jobs[("policy_retention", "process_samples_1m")]["drop_after"] == "90 days"
-    assert jobs[("policy_retention", "gpu_samples_1h")]["drop_after"] == "2 years"
     refresh = {name: cfg for (proc, name), cfg in jobs.items() if proc == "policy_refresh_continuous_aggregate"}
-    assert set(refresh) == {"gpu_samples_1m", "gpu_samples_1h", "process_samples_1m"}
-    assert refresh["gpu_samples_1m"]["start_offset"] == "7 days"
-    assert refresh["gpu_samples_1h"]["end_offset"] == "01:00:00"
+    assert set(refresh) == {"gpu_samples_1m_v2", "gpu_samples_1h_v2", "process_samples_1m"}
+    assert refresh["gpu_samples_1m_v2"]["start_offset"] == "7 days"
+    assert refresh["gpu_samples_1h_v2"]["end_offset"] == "01:00:00"
 
 
 def test_columns_equal_the_catalog_and_the_plain_profile(pglite_dsn: str) -> None:
@@ -196,7 +205,7 @@ def test_writes_and_date_bin_queries(pglite_dsn: str) -> None:
         out: dict[str, Any] = {"writes": [await store.write(series[:60]), await store.write(series[60:]),
                                           await store.write(series[:60])]}
         out["live"] = await queries(store)  # real-time aggregation: nothing materialized yet
-        for view in ("gpu_samples_1m", "process_samples_1m", "gpu_samples_1h"):
+        for view in ("gpu_samples_1m_v2", "process_samples_1m", "gpu_samples_1h_v2"):
             await store.pool.execute(f"CALL refresh_continuous_aggregate('{view}', $1::timestamptz, $2::timestamptz)",
                                      T0 - timedelta(hours=1), end)
         out["materialized"] = await queries(store)
@@ -254,6 +263,108 @@ def test_the_plain_profile_is_refused_on_a_timescale_database(pglite_dsn: str) -
         with_store(pglite_dsn, write_one, profile="plain")
 
 
+SM = "DCGM_FI_PROF_SM_ACTIVE"
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+
+def _sparse_minutes(gpu: str, start: datetime) -> list[Any]:
+    """Three minutes at 1 Hz: SM active in all 60 samples (0.2), in 6 (0.8), in 30 (0.5); util 10, 20, 30.
+
+    Averaged by the samples that had it, the three minutes give SM (12 + 4.8 + 15) / 96 = 0.33125;
+    weighting each minute by all its 60 samples would give 0.5.
+    """
+    out = []
+    for minute, (value, present) in enumerate([(0.2, 60), (0.8, 6), (0.5, 30)]):
+        for i in range(60):
+            metrics: dict[str, float] = {UTIL: 10 * (minute + 1)}
+            if i < present:
+                metrics[SM] = value
+            out.append(record(gpu, start + timedelta(minutes=minute, seconds=i), metrics))
+    return out
+
+
+async def _series(store: Store, gpu: str, start: datetime) -> dict[str, Any]:
+    end = start + timedelta(hours=1)
+    return {step: (q.times, q.values) for step, q in [
+        (label, await store.gpu_series(gpu, [SM, UTIL], start, end, delta)) for label, delta in
+        (("1m", timedelta(minutes=1)), ("5m", timedelta(minutes=5)), ("1h", timedelta(hours=1)))]}
+
+
+def test_both_profiles_agree_on_late_data_and_weight_by_present_samples(pglite_dsn: str, pg_db: str) -> None:
+    """Items 11 and 12: data 10 days late, outside the refresh windows and below the
+    real-time boundary, reaches the rollups of both profiles, and coarse steps weight each
+    minute by the samples that had the metric."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    late_start = (now - timedelta(days=10)).replace(minute=0)
+    late = _sparse_minutes(GPU_W, late_start)
+    recent = _sparse_minutes(GPU_W, now - timedelta(days=2))  # older than compress_after (the last test)
+
+    async def timescale(store: Store) -> dict[str, Any]:
+        await store.write(recent)
+        jobs = await store.pool.fetch(
+            "SELECT job_id FROM timescaledb_information.jobs WHERE proc_name = 'policy_refresh_continuous_aggregate'")
+        for job in jobs:  # the policies run: the real-time boundary moves to now
+            await store.pool.execute(f"CALL run_job({int(job['job_id'])})")
+        await store.write(late)
+        for job in jobs:  # the policies do not look 10 days back
+            await store.pool.execute(f"CALL run_job({int(job['job_id'])})")
+        out = {"before_maintain": await _series(store, GPU_W, late_start)}
+        await store.maintain()
+        out["after"] = await _series(store, GPU_W, late_start)
+        out["pending"] = await store.pool.fetchval("SELECT count(*) FROM rollup_pending")
+        return out
+
+    async def plain() -> dict[str, Any]:
+        store = await Store.open(pg_db, profile="plain")
+        try:
+            await store.write(recent)
+            await store.write(late)
+            await store.maintain()
+            return await _series(store, GPU_W, late_start)
+        finally:
+            await store.close()
+
+    ts = with_store(pglite_dsn, timescale)
+    pl = run(plain())
+    assert ts["before_maintain"]["1m"] == ([], {SM: [], UTIL: []})  # the bug: never in the rollups
+    assert ts["pending"] == 0
+    for step in ("1m", "5m", "1h"):
+        assert ts["after"][step][0] == pl[step][0], step
+        for metric in (SM, UTIL):
+            assert ts["after"][step][1][metric] == pytest.approx(pl[step][1][metric]), (step, metric)
+    assert pl["1m"][1][SM] == pytest.approx([0.2, 0.8, 0.5])
+    assert pl["5m"][1][SM] == pytest.approx([0.33125]) and pl["1h"][1][SM] == pytest.approx([0.33125])
+    assert pl["1h"][1][UTIL] == pytest.approx([20.0])
+
+
+def test_rows_before_the_cutover_come_from_the_older_rollups(pglite_dsn: str) -> None:
+    """An upgraded database reads the rollups of before migration 0050 before its cutover
+    (their rows weight by sample counts), and late data there is refreshed in them."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    cutover = (now - timedelta(days=9)).replace(minute=0)
+    before = _sparse_minutes(GPU_X, cutover - timedelta(hours=2))
+    after = _sparse_minutes(GPU_X, cutover + timedelta(hours=1))
+
+    async def body(store: Store) -> dict[str, Any]:
+        await store.pool.execute("UPDATE rollup_cutover SET cutover = $1", cutover)
+        try:
+            await store.write(before + after)
+            await store.maintain()
+            return {
+                "v1": await store.pool.fetchval("SELECT count(*) FROM gpu_samples_1m_v1 WHERE gpu = $1", GPU_X),
+                "before": await _series(store, GPU_X, cutover - timedelta(hours=2)),
+                "after": await _series(store, GPU_X, cutover + timedelta(hours=1)),
+            }
+        finally:
+            await store.pool.execute("UPDATE rollup_cutover SET cutover = '-infinity'")
+
+    out = with_store(pglite_dsn, body)
+    assert out["v1"] == 6  # both ranges were refreshed in v1 too; the view reads it only before the cutover
+    assert out["before"]["1m"][1][SM] == pytest.approx([0.2, 0.8, 0.5])
+    assert out["before"]["5m"][1][SM] == pytest.approx([0.5])  # no counts: weighted by sample counts
+    assert out["after"]["5m"][1][SM] == pytest.approx([0.33125])
+
+
 def test_policies_run_compression_keeps_writes_idempotent(pglite_dsn: str) -> None:
     """Run each policy's job in the foreground (``CALL run_job``; PGlite has no scheduler).
 
@@ -285,7 +396,7 @@ def test_policies_run_compression_keeps_writes_idempotent(pglite_dsn: str) -> No
         await run_jobs(store, "policy_retention", {"gpu_samples", "process_samples"})
         out["kept"] = await store.pool.fetchval("SELECT count(*) FROM gpu_samples WHERE gpu = $1", GPU_V)
         await run_jobs(store, "policy_refresh_continuous_aggregate",
-                       {"gpu_samples_1m", "gpu_samples_1h", "process_samples_1m"})
+                       {"gpu_samples_1m_v2", "gpu_samples_1h_v2", "process_samples_1m"})
         out["series"] = await store.gpu_series(GPU_V, ["DCGM_FI_DEV_GPU_UTIL"], now - timedelta(days=4), now,
                                                timedelta(minutes=1))
         return out

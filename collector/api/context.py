@@ -6,7 +6,7 @@ tests build an app over any pool, and nothing here is a module-level global.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +22,13 @@ class IngestStats:
     """Live figures of the ingest side, read at each ``/metrics`` scrape.
 
     ``counters`` returns the ingestor's counters (records, events, dead_lettered...),
-    ``lag`` the consumer's lag per partition (empty without Kafka).
+    ``lag`` the consumer's lag per partition (empty without Kafka), ``families`` the
+    consumer's own Prometheus metric families (stalls, retries, keyframe requests...).
     """
 
     counters: Callable[[], Mapping[str, int]] = dict
     lag: Callable[[], Mapping[int, int]] = dict
+    families: Callable[[], Iterable[Any]] = tuple
 
 
 @dataclass(slots=True)

@@ -106,6 +106,7 @@ async def _collector_families(ctx: ApiContext, rate: RateWindow) -> list[Any]:
     g = GaugeMetricFamily("gpuwatch_collector_consumer_lag_messages_all", "messages behind, all partitions")
     g.add_metric([], float(sum(lag.values())))
     families.append(g)
+    families += list(ctx.stats.families())
 
     up = GaugeMetricFamily("gpuwatch_collector_db_up", "1 when the database answered this scrape")
     ping = GaugeMetricFamily("gpuwatch_collector_db_latency_seconds", "round trip of SELECT 1 at this scrape")

@@ -8,18 +8,29 @@ the API uses. Both profiles expose the same table and view names, so nothing out
 this package needs to know which one is running.
 """
 
-from collector.store.migrate import MigrationError, Profile, ProfileMismatch, migrate
+from collector.store.migrate import MigrationError, Profile, ProfileChoice, ProfileMismatch, migrate
 from collector.store.queries import Latest, Series
-from collector.store.writer import BadRecord, Store, WriteResult, validate, validate_event
+from collector.store.writer import (
+    DB_UNAVAILABLE,
+    BadRecord,
+    Store,
+    StoreRefused,
+    WriteResult,
+    validate,
+    validate_event,
+)
 
 __all__ = [
+    "DB_UNAVAILABLE",
     "BadRecord",
     "Latest",
     "MigrationError",
     "Profile",
+    "ProfileChoice",
     "ProfileMismatch",
     "Series",
     "Store",
+    "StoreRefused",
     "WriteResult",
     "migrate",
     "validate",

@@ -1,9 +1,8 @@
-"""Plain-PostgreSQL profile housekeeping: partitions, rollups, retention.
+"""Store housekeeping: partitions, rollups and retention (plain PostgreSQL), late rollups (TimescaleDB).
 
 Why: without TimescaleDB nobody else creates time partitions, fills the rollups or
 drops old data; ``Store.maintain()`` calls :func:`run` periodically (and ``Store.open``
-calls :func:`ensure_partitions`). On the TimescaleDB profile its policies do all of this
-and nothing here runs.
+calls :func:`ensure_partitions`).
 
 * Partitions: ``gpu_samples`` and ``process_samples`` have one partition per UTC day,
   created two days ahead, plus a DEFAULT partition that catches any other timestamp.
@@ -17,6 +16,11 @@ and nothing here runs.
   arrives, as long as its raw rows are still kept.
 * Retention: drop day partitions older than 14 days, delete older rows from DEFAULT,
   and delete rollup rows older than 90 days (1 minute) and 2 years (1 hour).
+
+On the TimescaleDB profile its policies do all of this, except for data older than their
+refresh windows (7 days; 1 hour: 8): the writer marks such buckets and
+:func:`refresh_late_timescale` refreshes the continuous aggregates over them, so both
+profiles fold late data in up to the raw retention.
 
 Every step is idempotent; a session advisory lock lets one replica maintain at a time
 (the others skip the round). All SQL names come from the whitelists below and from
@@ -248,12 +252,74 @@ async def apply_rollup_retention(conn: asyncpg.Connection, now: datetime) -> Non
 
 
 # --------------------------------------------------------------------------------------
+# TimescaleDB: late data
+# --------------------------------------------------------------------------------------
+
+#: (rollup, its continuous aggregate from the cutover on, the one before it; migration 0050)
+_TS_GPU_ROLLUPS: Final = (
+    ("gpu_samples_1m", "gpu_samples_1m_v2", "gpu_samples_1m_v1", MINUTE),
+    ("gpu_samples_1h", "gpu_samples_1h_v2", "gpu_samples_1h_v1", HOUR),
+)
+_TS_PROCESS_ROLLUP: Final = "process_samples_1m"
+_TS_MARKS_PER_ROUND: Final = 50_000
+
+
+def _refresh_sql(view: str) -> str:
+    assert view in {v for _, new, old, _ in _TS_GPU_ROLLUPS for v in (new, old)} | {_TS_PROCESS_ROLLUP}
+    return f"CALL refresh_continuous_aggregate('{view}', $1::timestamptz, $2::timestamptz)"
+
+
+def _ceil(ts: datetime, width: timedelta) -> datetime:
+    floor = _floor(ts, width)
+    return floor if floor == ts else floor + width
+
+
+async def _refresh(conn: asyncpg.Connection, new: str, old: str, cutover: datetime | None,
+                   lo: datetime, hi: datetime) -> None:
+    """Refresh [lo, hi): the cutover's new aggregate from it on, the old one before it."""
+    if cutover is None or lo >= cutover:
+        await conn.execute(_refresh_sql(new), lo, hi)
+    elif hi <= cutover:
+        await conn.execute(_refresh_sql(old), lo, hi)
+    else:
+        await conn.execute(_refresh_sql(old), lo, cutover)
+        await conn.execute(_refresh_sql(new), cutover, hi)
+
+
+async def refresh_late_timescale(conn: asyncpg.Connection, now: datetime) -> tuple[int, int]:
+    """Refresh the continuous aggregates over the marked buckets their policies do not reach.
+
+    ``refresh_continuous_aggregate`` cannot run in a transaction, so marks are deleted (by
+    id) only after their buckets were refreshed: a failure leaves them for the next round,
+    and a mark written meanwhile, for the same bucket, stays too.
+    """
+    rows = await conn.fetch("SELECT id, bucket FROM rollup_pending ORDER BY id LIMIT $1", _TS_MARKS_PER_ROUND)
+    if not rows:
+        return 0, 0
+    oldest = now - RAW_RETENTION
+    minutes = {r["bucket"] for r in rows if r["bucket"] >= oldest}
+    cutovers = {str(r["rollup"]): r["cutover"] for r in await conn.fetch(
+        "SELECT rollup, CASE WHEN isfinite(cutover) THEN cutover END AS cutover FROM rollup_cutover")}
+    hours = {_floor(m, HOUR) for m in minutes}
+    for name, new, old, width in _TS_GPU_ROLLUPS:
+        for lo, hi in _runs(minutes if width == MINUTE else hours, width):
+            await _refresh(conn, new, old, cutovers.get(name), lo, _ceil(hi, width))
+            if width == MINUTE:
+                await conn.execute(_refresh_sql(_TS_PROCESS_ROLLUP), lo, hi)
+    await conn.execute("DELETE FROM rollup_pending WHERE id = ANY($1::bigint[])", [r["id"] for r in rows])
+    if minutes:
+        log.info("rolled up %d late minutes (%d hours) the refresh policies do not reach", len(minutes), len(hours))
+    return len(minutes), len(hours)
+
+
+# --------------------------------------------------------------------------------------
 # one maintenance round
 # --------------------------------------------------------------------------------------
 
 
-async def run(conn: asyncpg.Connection, now: datetime) -> MaintenanceReport:
-    """One round: partitions ahead, rollups, retention. Skipped while another replica runs one."""
+async def run(conn: asyncpg.Connection, now: datetime, profile: str = "plain") -> MaintenanceReport:
+    """One round. Plain: partitions ahead, rollups, retention; TimescaleDB: late rollups.
+    Skipped while another replica runs one."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", MAINTAIN_LOCK_KEY):
@@ -261,6 +327,9 @@ async def run(conn: asyncpg.Connection, now: datetime) -> MaintenanceReport:
         return MaintenanceReport(ran=False)
     try:
         report = MaintenanceReport()
+        if profile != "plain":
+            report.minutes, report.hours = await refresh_late_timescale(conn, now)
+            return report
         report.created = await ensure_partitions(conn, now)
         report.minutes, report.hours = await refresh_rollups(conn, now)
         report.dropped = await drop_old_partitions(conn, now)

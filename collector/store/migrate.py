@@ -102,20 +102,65 @@ async def _timescale_installed(conn: asyncpg.Connection) -> bool:
     return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'timescaledb')"))
 
 
+async def _timescale_available(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')"))
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileChoice:
+    """The profile a database runs with, and why (said at start-up)."""
+
+    profile: Profile
+    reason: str
+
+
+class TimescaleProbeLost(MigrationError):
+    """Trying to create the extension cost the connection (TimescaleDB that is not preloaded
+    answers ``CREATE EXTENSION`` with FATAL); the caller retries on a new connection."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: errors of a connection that may be gone (a FATAL closes it)
+_LOST: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+def _closed(conn: asyncpg.Connection) -> bool:
+    """Whether ``conn`` is gone; a pool's proxy raises once its dead connection was released."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True
+
+
 async def _try_create_timescale(conn: asyncpg.Connection) -> str | None:
-    """Create the extension if possible; None on success, else why not."""
+    """Create the extension if possible; None on success, else why not.
+
+    Raises :class:`TimescaleProbeLost` when the attempt closed the connection.
+    """
     if await _timescale_installed(conn):
         return None
-    available = await conn.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')"
-    )
-    if not available:
+    if not await _timescale_available(conn):
         return "the timescaledb extension is not available on this server"
+    preload = str(await conn.fetchval("SELECT current_setting('shared_preload_libraries')"))
     try:
         async with conn.transaction():
             await conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-    except asyncpg.PostgresError as exc:  # e.g. not in shared_preload_libraries, or no privilege
-        return f"CREATE EXTENSION timescaledb failed: {exc}"
+    except _LOST as exc:  # e.g. not in shared_preload_libraries (FATAL), or no privilege
+        cause: BaseException = exc
+        while isinstance(cause, asyncpg.InterfaceError) and cause.__context__ is not None:
+            cause = cause.__context__  # the server's own error, not "the connection is closed" after it
+        text = " ".join(str(cause).split()) or type(cause).__name__
+        reason = f"CREATE EXTENSION timescaledb failed: {text}"
+        if "timescaledb" not in preload:
+            reason += (f" (shared_preload_libraries is {preload!r}: add timescaledb there and restart "
+                       "PostgreSQL to use the timescale profile)")
+        if _closed(conn):
+            raise TimescaleProbeLost(reason) from None
+        return reason
     return None
 
 
@@ -127,7 +172,7 @@ async def _recorded_profile(conn: asyncpg.Connection) -> Profile | None:
     return cast(Profile, profiles[0]) if profiles else None
 
 
-async def _resolve_profile(conn: asyncpg.Connection, requested: str) -> Profile:
+async def _resolve_profile(conn: asyncpg.Connection, requested: str, unusable: str | None = None) -> ProfileChoice:
     if requested not in ("auto", *PROFILES):
         raise ValueError(f"unknown profile {requested!r}; expected 'auto', 'timescale' or 'plain'")
     recorded = await _recorded_profile(conn)
@@ -141,22 +186,21 @@ async def _resolve_profile(conn: asyncpg.Connection, requested: str) -> Profile:
             raise MigrationError(
                 "this database was set up with the 'timescale' profile but the timescaledb extension is gone"
             )
-        return "timescale"
+        return ProfileChoice("timescale", "this database was set up with it")
     if recorded == "plain":
-        if requested == "auto" and await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')"
-        ):
+        if requested == "auto" and await _timescale_available(conn):
             log.warning("timescaledb is available, but this database keeps its recorded 'plain' profile")
-        return "plain"
+        return ProfileChoice("plain", "this database was set up with it")
     if requested == "plain":
-        return "plain"
-    why_not = await _try_create_timescale(conn)
+        return ProfileChoice("plain", "asked for")
+    why_not = unusable if unusable is not None else await _try_create_timescale(conn)
     if why_not is None:
-        return "timescale"
+        version = await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'")
+        return ProfileChoice("timescale", f"{'asked for; ' if requested == 'timescale' else ''}"
+                                          f"the timescaledb extension {version} is installed")
     if requested == "timescale":
         raise MigrationError(f"profile 'timescale' was asked for, but {why_not}")
-    log.info("storage profile 'plain': %s", why_not)
-    return "plain"
+    return ProfileChoice("plain", why_not)
 
 
 async def migrate(conn: asyncpg.Connection, profile: str = "auto") -> Profile:
@@ -165,10 +209,33 @@ async def migrate(conn: asyncpg.Connection, profile: str = "auto") -> Profile:
     Holds a session advisory lock for the whole run, so concurrent callers (replicas
     starting together) apply each migration exactly once.
     """
+    return (await migrate_with_reason(conn, profile)).profile
+
+
+async def migrate_pool(pool: asyncpg.Pool, profile: str = "auto") -> ProfileChoice:
+    """:func:`migrate` on a connection of ``pool``; a profile probe that cost the
+    connection is not tried again, on a new one."""
+    unusable: str | None = None
+    while True:
+        try:
+            async with pool.acquire() as conn:
+                return await migrate_with_reason(conn, profile, unusable)
+        except TimescaleProbeLost as lost:
+            if unusable is not None:
+                raise
+            unusable = lost.reason
+            log.debug("the timescaledb probe closed the connection; migrating on a new one")
+
+
+async def migrate_with_reason(conn: asyncpg.Connection, profile: str = "auto",
+                              unusable: str | None = None) -> ProfileChoice:
+    """:func:`migrate`, returning why the profile was chosen; ``unusable``: why
+    TimescaleDB cannot be used here, found by an earlier attempt (it is not probed again)."""
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATE_LOCK_KEY)
     try:
         await conn.execute(_BOOTSTRAP_SQL)
-        chosen = await _resolve_profile(conn, profile)
+        choice = await _resolve_profile(conn, profile, unusable)
+        chosen = choice.profile
         migrations = load_migrations(chosen)
         applied = {
             int(r["version"]): (str(r["name"]), str(r["checksum"]))
@@ -194,7 +261,7 @@ async def migrate(conn: asyncpg.Connection, profile: str = "auto") -> Profile:
                     "INSERT INTO schema_migrations (version, name, profile, checksum) VALUES ($1, $2, $3, $4)",
                     migration.version, migration.name, chosen, migration.checksum,
                 )
-        return chosen
+        return choice
     finally:
-        if not conn.is_closed():
+        if not _closed(conn):
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATE_LOCK_KEY)

@@ -11,6 +11,9 @@ Rollups keep one column per metric under the metric's own column name, aggregate
 the metric's meaning asks: gauges are averaged, counters keep their largest (latest)
 value, the clock-event bitmask keeps every reason seen (``bit_or``) and the last-XID
 gauge keeps the largest code. A few gauges whose peaks matter also keep ``<col>_max``.
+Each averaged gauge also keeps ``<col>_n``, the number of samples that had it, so that
+coarser steps weight each bucket's average by that count (a sample without the metric
+adds nothing to its average) rather than by the bucket's sample count.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ ORIGIN_SQL: Final = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
 RAW_RETENTION: Final = timedelta(days=14)
 ROLLUP_1M_RETENTION: Final = timedelta(days=90)
 ROLLUP_1H_RETENTION: Final = timedelta(days=730)
+#: TimescaleDB profile: samples older than this are marked for Store.maintain() to roll up,
+#: since the refresh policies look back 7 days (1 hour: 8) and would never see them.
+TIMESCALE_LATE_AFTER: Final = timedelta(days=6)
 
 #: Gauges whose peak within a bucket is worth keeping besides the average.
 KEEP_MAX: Final = frozenset({
@@ -61,6 +67,11 @@ class MetricColumn:
     def max_name(self) -> str:
         return f"{self.name}_max"
 
+    @property
+    def count_name(self) -> str:
+        """The rollup column counting the samples that had this (averaged) metric."""
+        return f"{self.name}_n"
+
 
 def _rollup_agg(metric: Metric) -> RollupAgg:
     if metric.kind == "counter":
@@ -85,6 +96,8 @@ def metric_column(metric: Metric) -> MetricColumn:
 
 METRIC_COLUMNS: Final[tuple[MetricColumn, ...]] = tuple(metric_column(m) for m in CATALOG)
 BY_KEY: Final[dict[str, MetricColumn]] = {c.key: c for c in METRIC_COLUMNS}
+#: the averaged metrics: their rollups also count the samples that had them (``<col>_n``)
+AVERAGED: Final[tuple[MetricColumn, ...]] = tuple(c for c in METRIC_COLUMNS if c.rollup == "avg")
 
 #: ``gpu_samples``: name -> SQL type, in table order.
 SAMPLE_COLUMNS: Final[dict[str, str]] = {
@@ -121,6 +134,8 @@ def _gpu_rollup_columns() -> dict[str, str]:
         cols[c.name] = c.rollup_type
         if c.keep_max:
             cols[c.max_name] = c.sql_type
+    for c in AVERAGED:  # added by migration 0050, hence last
+        cols[c.count_name] = "bigint"
     return cols
 
 
@@ -151,12 +166,21 @@ ROLLUP_TABLES: Final = {
 # --------------------------------------------------------------------------------------
 
 
-def _weighted_avg(col: str) -> str:
-    """The average of per-bucket averages, weighted by the buckets' sample counts."""
-    return (
-        f"(sum({col} * samples) / NULLIF(sum(CASE WHEN {col} IS NOT NULL THEN samples END), 0))"
-        "::double precision"
-    )
+def _weight(column: MetricColumn) -> str:
+    """How many samples of a rollup row had ``column``: its count, or for rows made before
+    the counts existed (migration 0050), the row's sample count where it has a value."""
+    c = column.name
+    return f"coalesce({column.count_name}, CASE WHEN {c} IS NOT NULL THEN samples ELSE 0 END)"
+
+
+def _weighted_avg(column: MetricColumn) -> str:
+    """The average of per-bucket averages, each weighted by the samples that had the metric.
+
+    Weighting by all of a bucket's samples instead would let a minute in which the metric
+    was missing from some samples count as much as a minute in which it never was.
+    """
+    w = _weight(column)
+    return f"(sum({column.name} * {w}) / NULLIF(sum({w}), 0))::double precision"
 
 
 def raw_aggregates() -> list[tuple[str, str]]:
@@ -169,6 +193,7 @@ def raw_aggregates() -> list[tuple[str, str]]:
             out.append((c.name, f"{c.rollup}({c.name})"))
         if c.keep_max:
             out.append((c.max_name, f"max({c.name})"))
+    out += [(c.count_name, f"count({c.name})") for c in AVERAGED]
     return out
 
 
@@ -177,11 +202,12 @@ def rollup_aggregates() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "sum(samples)::bigint")]
     for c in METRIC_COLUMNS:
         if c.rollup == "avg":
-            out.append((c.name, _weighted_avg(c.name)))
+            out.append((c.name, _weighted_avg(c)))
         else:
             out.append((c.name, f"{c.rollup}({c.name})"))
         if c.keep_max:
             out.append((c.max_name, f"max({c.max_name})"))
+    out += [(c.count_name, f"sum({_weight(c)})::bigint") for c in AVERAGED]
     return out
 
 
@@ -203,7 +229,7 @@ def series_aggregate(column: MetricColumn, source: Literal["raw", "1m", "1h"]) -
             return f"avg({column.name}::double precision)"
         return f"{column.rollup}({column.name})"
     if column.rollup == "avg":
-        return _weighted_avg(column.name)
+        return _weighted_avg(column)
     return f"{column.rollup}({column.name})"
 
 

@@ -7,8 +7,18 @@ through a unique key (``gpu_samples (gpu, ts)``, ``process_samples (gpu, ts, pid
 batch adds no row. Rows are bulk-loaded with binary COPY into per-connection TEMP
 staging tables and moved with one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``
 per table (COPY itself cannot skip duplicates), all in one transaction together with
-the inventory upsert and, on the plain profile, the marks of which 1-minute buckets
-need re-aggregating. :class:`WriteResult` says how many rows were new.
+the inventory upsert and the marks of which 1-minute buckets need re-aggregating (plain
+profile: all of them; TimescaleDB: those too old for its refresh policies).
+:class:`WriteResult` says how many rows were new.
+
+The sample key stays ``(gpu, ts)``, without the node, on purpose. A GPU UUID names one
+physical GPU; two nodes reporting the same UUID is a misconfiguration (a re-imaged node, a
+simulator) that the collector reports as a ``gpu_uuid_conflict`` event. Each agent stamps
+samples with its own clock, as float seconds stored to the microsecond, so two such
+streams collide only if two samples fall on the same microsecond; the second is then
+counted as already stored (``samples_dup``). Adding the node to the key would change every
+index, rollup and query keyed by GPU for that misconfiguration, and make a node rename
+store a redelivered sample twice.
 
 A record that can never be stored (an integer metric out of bigint range, a string
 with a NUL byte, a timestamp outside PostgreSQL's range...) raises :class:`BadRecord`
@@ -34,9 +44,16 @@ from typing import Any, Final
 import asyncpg
 
 from collector.store import maintenance, queries
-from collector.store.migrate import Profile, migrate
+from collector.store.migrate import Profile, migrate_pool
 from collector.store.rows import fast_rows
-from collector.store.schema import BY_KEY, METRIC_COLUMNS, ORIGIN_SQL, PROCESS_COLUMNS, SAMPLE_COLUMNS
+from collector.store.schema import (
+    BY_KEY,
+    METRIC_COLUMNS,
+    ORIGIN_SQL,
+    PROCESS_COLUMNS,
+    SAMPLE_COLUMNS,
+    TIMESCALE_LATE_AFTER,
+)
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
@@ -426,6 +443,11 @@ async def write_batch(conn: asyncpg.Connection, batch: PreparedBatch, *, profile
                 await conn.execute(_MARK_BUCKETS, _minute_buckets(batch.samples))
             else:
                 await conn.execute(_MARK_PENDING)
+        elif samples_new or processes_new:  # TimescaleDB: only what its refresh policies will not see
+            late = datetime.now(UTC) - TIMESCALE_LATE_AFTER
+            old = [b for b in _minute_buckets(batch.samples) if b < late]
+            if old:
+                await conn.execute(_MARK_BUCKETS, old)
     return WriteResult(samples_new, len(batch.samples) - samples_new, processes_new, events_new)
 
 
@@ -451,6 +473,25 @@ _CONNECTION_ERRORS: Final = (
     asyncpg.exceptions.OperatorInterventionError,
 )
 
+#: Failures of a database operation that mean "try the same operation again later": the
+#: database is away, restarting, short of resources, or a transaction lost a conflict.
+#: What a batch's *content* makes PostgreSQL refuse is :class:`StoreRefused` instead
+#: (raised by :meth:`Store.write`), so retrying cannot loop on bad data.
+DB_UNAVAILABLE: Final[tuple[type[BaseException], ...]] = (
+    OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresError,
+)
+
+#: PostgreSQL refusing the data itself: class 22 (data exception), 23 (integrity), 54 (limits).
+_REFUSALS: Final = (
+    asyncpg.exceptions.DataError,
+    asyncpg.exceptions.IntegrityConstraintViolationError,
+    asyncpg.exceptions.ProgramLimitExceededError,
+)
+
+
+class StoreRefused(ValueError):
+    """PostgreSQL refused a batch for what it holds (validation missed it); the message says why."""
+
 
 class Store:
     """The collector's storage: migrated on open, idempotent writes, maintenance, reads.
@@ -461,9 +502,10 @@ class Store:
 
     profile: Profile
 
-    def __init__(self, pool: Any, profile: Profile) -> None:
+    def __init__(self, pool: Any, profile: Profile, profile_reason: str = "") -> None:
         self._pool = pool
         self.profile = profile
+        self.profile_reason = profile_reason  # why this profile (for the start-up line)
 
     @property
     def pool(self) -> Any:
@@ -490,15 +532,15 @@ class Store:
         """
         pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, **connect_kwargs)
         try:
-            async with pool.acquire() as conn:
-                chosen = await migrate(conn, profile)
-                if chosen == "plain":
+            choice = await migrate_pool(pool, profile)
+            if choice.profile == "plain":
+                async with pool.acquire() as conn:
                     await maintenance.ensure_partitions(conn, now or datetime.now(UTC))
         except BaseException:
             pool.terminate()
             raise
-        log.info("store open (profile %s)", chosen)
-        return cls(pool, chosen)
+        log.info("store open: profile %s (%s)", choice.profile, choice.reason)
+        return cls(pool, choice.profile, choice.reason)
 
     async def write(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> WriteResult:
         """Store a batch in one transaction; a redelivered batch adds nothing.
@@ -516,14 +558,15 @@ class Store:
         except _CONNECTION_ERRORS:
             await self._pool.expire_connections()
             raise
+        except _REFUSALS as exc:
+            raise StoreRefused(f"{type(exc).__name__}: {exc}") from None
 
     async def maintain(self, now: datetime | None = None) -> None:
-        """Plain profile: partitions ahead, rollups of new data, retention. TimescaleDB: nothing (policies)."""
-        if self.profile != "plain":
-            return
+        """Plain profile: partitions ahead, rollups of new data, retention. TimescaleDB: the
+        rollups of data too late for its refresh policies (the policies do the rest)."""
         try:
             async with self._pool.acquire() as conn:
-                await maintenance.run(conn, now or datetime.now(UTC))
+                await maintenance.run(conn, now or datetime.now(UTC), self.profile)
         except _CONNECTION_ERRORS:
             await self._pool.expire_connections()
             raise
