@@ -81,6 +81,8 @@ class CollectorSettings(BaseSettings, KafkaSecurityFields):
     keyframe_request_interval_s: float = Field(_T.keyframe_request_interval_s, gt=0,
                                                description="seconds between keyframe requests for one stream")
     maintenance_interval: float = Field(60.0, gt=0, description="seconds between rollup/retention runs")
+    db_wait: float = Field(30.0, ge=0, le=86_400, description="at start, how long to wait for an unreachable "
+                           "database before giving up (once connected, every step retries for as long as it takes)")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     detect: bool = Field(True, description="run anomaly detection on what this replica stores (off: ingest only, "
                          "for a fleet whose detection runs in replicas of its own)")

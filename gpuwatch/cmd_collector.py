@@ -1,10 +1,13 @@
 """``gpuwatch collector``: consume telemetry from Kafka and store it in PostgreSQL/TimescaleDB.
 
-It never exits for bad input or for a dependency that is away: a database that is not
-reachable at start is waited for (one log line, then a count), the consumer retries every
-database step, and shutdown runs every stop step even when one fails. What is wrong with
-the configuration (a bad setting, a profile that cannot work on this database) is one line
-on stderr and exit status 2.
+It never exits for bad input or for a dependency that goes away: once connected, the
+consumer retries every database step for as long as it takes, and shutdown runs every stop
+step even when one fails. At start, a database that is not reachable is waited for up to
+``--db-wait`` seconds (one log line, then a count), so a collector that starts before its
+database does not crash-loop, while a DSN that points at nothing ends in one line and exit
+status 1 instead of waiting for ever. What can never work (a bad setting, a role or database
+that does not exist, a wrong password, a profile this database cannot serve) is not waited
+for: one line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser("collector", help="run the central collector")
     p.add_argument("--db", help="PostgreSQL DSN (or GPUWATCH_DB; prefer --db-file for secrets)")
     p.add_argument("--db-file", help="file holding the DSN")
+    p.add_argument("--db-wait", type=float, metavar="S",
+                   help="at start, wait this long for an unreachable database before giving up (default 30)")
     p.add_argument("--db-profile", choices=["auto", "timescale", "plain"],
                    help="storage profile (default auto: TimescaleDB when the extension can be used)")
     p.add_argument("--kafka-bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
@@ -54,13 +59,24 @@ class ConfigError(Exception):
     """The configuration cannot work (not a transient failure); one line for the user."""
 
 
+def _never_works(exc: BaseException) -> bool:
+    """A connection failure that waiting cannot mend: the login, the database name or the DSN."""
+    import asyncpg
+
+    return isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
+                      | asyncpg.InvalidCatalogNameError | asyncpg.ClientConfigurationError | ValueError)
+
+
 async def open_store(settings: Any, stop: asyncio.Event) -> Any:
-    """Open the store, waiting while the database is not reachable; None if stopped meanwhile."""
+    """Open the store, waiting up to ``settings.db_wait`` while the database is not reachable;
+    None if stopped meanwhile. The last connection error is raised when the wait is over."""
     from collector.store import DB_UNAVAILABLE, MigrationError, Store
     from telemetry.ratelimit import RateLimitedLog
 
     limited = RateLimitedLog(log)
     delay = 0.5
+    loop = asyncio.get_running_loop()
+    give_up_at = loop.time() + settings.db_wait
     while not stop.is_set():
         opening = asyncio.create_task(Store.open(settings.dsn(), profile=settings.db_profile))
         stopper = asyncio.create_task(stop.wait())
@@ -75,10 +91,13 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
         except MigrationError as exc:
             raise ConfigError(str(exc)) from None
         except DB_UNAVAILABLE as exc:
-            limited.warning("open", "the database is not reachable (%s: %s); waiting for it",
-                            type(exc).__name__, exc)
+            left = give_up_at - loop.time()
+            if _never_works(exc) or left <= 0:
+                raise
+            limited.warning("open", "the database is not reachable (%s: %s); waiting up to %.0f s more for it "
+                            "(--db-wait)", type(exc).__name__, exc, left)
             try:
-                await asyncio.wait_for(stop.wait(), delay)
+                await asyncio.wait_for(stop.wait(), min(delay, left))
             except TimeoutError:
                 delay = min(30.0, delay * 2)
             continue
@@ -177,7 +196,7 @@ async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingest
         await api.start()
     except OSError as exc:
         if api_port_given:
-            raise ConfigError(f"the API cannot listen on {api_settings.host}:{api_settings.port}: {exc}") from None
+            raise  # one line from the command line's error layer, naming --api-port
         log.warning("the API cannot listen on port %d (%s); using a free port", api_settings.port, exc)
         api = ApiServer(store.pool, api_settings.model_copy(update={"port": 0}), stats)
         await api.start()

@@ -46,7 +46,7 @@ def assert_one_clear_line(proc: subprocess.CompletedProcess[str], *expected: str
 
 @pytest.mark.parametrize("command", [
     ["up", "--simulate", "1", "--db", DEAD, "--metrics-port", "0", "--api-port", "-1"],
-    ["collector", "--db", DEAD, "--api-port", "-1"],
+    ["collector", "--db", DEAD, "--api-port", "-1", "--db-wait", "0"],
     ["token", "list", "--db", DEAD],
     ["token", "create", "--role", "viewer", "--db", DEAD],
 ], ids=["up", "collector", "token-list", "token-create"])
@@ -54,6 +54,16 @@ def test_a_dead_database_is_one_line_with_the_password_redacted(command: list[st
     err = assert_one_clear_line(gpuwatch(*command), "cannot connect to PostgreSQL at postgresql://nobody:***@127.0.0.1:1/x",
                                 "connection refused", "--db")
     assert err.startswith(f"gpuwatch {command[0]}")
+
+
+def test_the_collector_waits_a_while_for_its_database_then_says_why_it_gave_up() -> None:
+    """A collector may start before its database (a rolling deploy): it waits --db-wait seconds,
+    saying so once, then ends with the same one line as without the wait."""
+    proc = gpuwatch("collector", "--db", DEAD, "--api-port", "-1", "--db-wait", "1.5")
+    err = assert_one_clear_line(proc, "cannot connect to PostgreSQL at postgresql://nobody:***@127.0.0.1:1/x")
+    first, last = err.splitlines()
+    assert "waiting up to" in first and "--db-wait" in first
+    assert last.startswith("gpuwatch collector: cannot connect")
 
 
 def test_the_dsn_from_a_file_or_the_environment_is_redacted_too(tmp_path: Path) -> None:
