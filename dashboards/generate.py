@@ -438,8 +438,10 @@ def health() -> Dashboard:
         """``expr`` (one series per agent) with the agent's node name, the max per node."""
         return f"max by (Hostname) ({expr} * {info})"
 
-    def total(counter: str) -> str:
-        return f"sum(increase({counter}{rate}))"
+    def counts(title: str, *counters: tuple[str, str], description: str = "") -> Timeseries:
+        """A panel of fleet-wide counter increases per step: (counter, legend) each."""
+        return ts(title, "none", *(prom(f"sum(increase({c}{rate}))", legend) for c, legend in counters), span=8,
+                  description=description)
 
     return (
         base("gpuwatch-health", "gpuwatch / Agent and collector health",
@@ -496,30 +498,30 @@ def health() -> Dashboard:
                        prom(f"sum(rate(gpuwatch_agent_kafka_spooled_total{rate}))", "spooled"),
                        prom(f"sum(rate(gpuwatch_agent_kafka_replayed_total{rate}))", "replayed"),
                        prom(f"sum(rate(gpuwatch_agent_kafka_send_errors_total{rate}))", "send errors"), span=8))
-        .with_panel(ts("Telemetry lost on the agents", "none",
-                       prom(total("gpuwatch_agent_spool_dropped_total"), "spool bound (oldest dropped)"),
-                       prom(total("gpuwatch_agent_memory_dropped_total"), "memory (the spool could not take them)"),
-                       prom(total("gpuwatch_agent_spool_corrupt_messages_total"), "spool damage"),
-                       prom(total("gpuwatch_agent_kafka_rejected_total"), "rejected by Kafka"), span=8,
-                       description="Messages lost, by cause. Each is a separate counter: the spool's bound "
-                                   "(agent.spool.maxMB), memory while the spool's disk failed, damaged spool "
-                                   "regions, and messages Kafka refused for themselves (too large, corrupt)."))
+        .with_panel(counts("Telemetry lost on the agents",
+                           ("gpuwatch_agent_spool_dropped_total", "spool bound (oldest dropped)"),
+                           ("gpuwatch_agent_memory_dropped_total", "memory (the spool could not take them)"),
+                           ("gpuwatch_agent_spool_corrupt_messages_total", "spool damage"),
+                           ("gpuwatch_agent_kafka_rejected_total", "rejected by Kafka"),
+                           description="Messages lost, by cause. Each is a separate counter: the spool's bound "
+                                       "(agent.spool.maxMB), memory while the spool's disk failed, damaged spool "
+                                       "regions, and messages Kafka refused for themselves (too large, corrupt)."))
         .with_panel(ts("Backlog", "bytes",
                        prom(per_node("gpuwatch_agent_spool_bytes"), "spool {{Hostname}}"),
                        prom(per_node("gpuwatch_agent_memory_bytes"), "memory {{Hostname}}"), span=8,
                        description="What waits to be sent: on disk (the spool) and in memory."))
-        .with_panel(ts("Spool faults", "none",
-                       prom(total("gpuwatch_agent_spool_write_errors_total"), "write errors (disk full?)"),
-                       prom(total("gpuwatch_agent_spool_corrupt_total"), "damaged regions stepped over"), span=8))
+        .with_panel(counts("Spool faults",
+                           ("gpuwatch_agent_spool_write_errors_total", "write errors (disk full?)"),
+                           ("gpuwatch_agent_spool_corrupt_total", "damaged regions stepped over")))
         .with_panel(ts("Agents not connected", "none",
                        prom("count(gpuwatch_agent_kafka_connected == 0) or vector(0)", "to Kafka"),
                        prom("count(gpuwatch_agent_control_connected == 0) or vector(0)", "to the control topic"),
                        span=8, description="Agents whose producer is not connected (they spool), and agents not "
                                            "reading the control topic (keyframe requests do not reach them)."))
-        .with_panel(ts("Keyframes and control messages", "none",
-                       prom(total("gpuwatch_agent_control_keyframe_requests_total"), "requested by the collector"),
-                       prom(total("gpuwatch_agent_keyframe_requests_total"), "keyframes forced (sender, collector)"),
-                       prom(total("gpuwatch_agent_control_malformed_total"), "malformed control messages"), span=8))
+        .with_panel(counts("Keyframes and control messages",
+                           ("gpuwatch_agent_control_keyframe_requests_total", "requested by the collector"),
+                           ("gpuwatch_agent_keyframe_requests_total", "keyframes forced (sender, collector)"),
+                           ("gpuwatch_agent_control_malformed_total", "malformed control messages")))
         .with_row(Row("Collectors: ingest"))
         .with_panel(ts("Records stored per second", "ops",
                        prom(f"sum(rate(gpuwatch_collector_records_total{rate}))", "records"),
@@ -535,38 +537,38 @@ def health() -> Dashboard:
                        description="Seconds a partition with messages waiting has delivered nothing (0: flowing). "
                                    "Past collector.kafka.stallAfterSeconds the collector logs it and restarts "
                                    "its fetch."))
-        .with_panel(ts("Dead letters", "none",
-                       prom(total("gpuwatch_collector_dead_lettered_frames_total"), "dead-lettered"),
-                       prom(total("gpuwatch_collector_dead_letters_in_database_total"), "into the database"),
-                       prom(total("gpuwatch_collector_dead_letters_truncated_total"), "cut to fit"), span=8,
-                       description="Messages set aside (undecodable, invalid): to the dead-letter topic, or into the "
-                                   "dead_letters table when the topic did not take them; long ones cut to the "
-                                   "dead-letter producer's limit."))
-        .with_panel(ts("Skipped, duplicate and baseless frames", "none",
-                       prom(total("gpuwatch_collector_frames_skipped_total"), "skipped"),
-                       prom(total("gpuwatch_collector_duplicate_frames_total"), "duplicate"),
-                       prom(total("gpuwatch_collector_frames_without_base_total"), "without base"), span=8))
-        .with_panel(ts("Keyframe requests and GPU UUID conflicts", "none",
-                       prom(total("gpuwatch_collector_keyframe_requests_total"), "keyframe requests"),
-                       prom(total("gpuwatch_collector_keyframe_request_errors_total"), "requests not delivered"),
-                       prom(total("gpuwatch_collector_gpu_uuid_conflicts_total"), "GPU UUID conflicts"), span=8,
-                       description="Keyframe requests to agents whose stream lost its base (on the control topic); "
-                                   "GPU UUIDs reported by two nodes at once (each is also a gpu_uuid_conflict "
-                                   "event)."))
+        .with_panel(counts("Dead letters",
+                           ("gpuwatch_collector_dead_lettered_frames_total", "dead-lettered"),
+                           ("gpuwatch_collector_dead_letters_in_database_total", "into the database"),
+                           ("gpuwatch_collector_dead_letters_truncated_total", "cut to fit"),
+                           description="Messages set aside (undecodable, invalid): to the dead-letter topic, or "
+                                       "into the dead_letters table when the topic did not take them; long ones cut "
+                                       "to the dead-letter producer's limit."))
+        .with_panel(counts("Skipped, duplicate and baseless frames",
+                           ("gpuwatch_collector_frames_skipped_total", "skipped"),
+                           ("gpuwatch_collector_duplicate_frames_total", "duplicate"),
+                           ("gpuwatch_collector_frames_without_base_total", "without base")))
+        .with_panel(counts("Keyframe requests and GPU UUID conflicts",
+                           ("gpuwatch_collector_keyframe_requests_total", "keyframe requests"),
+                           ("gpuwatch_collector_keyframe_request_errors_total", "requests not delivered"),
+                           ("gpuwatch_collector_gpu_uuid_conflicts_total", "GPU UUID conflicts"),
+                           description="Keyframe requests to agents whose stream lost its base (on the control topic); "
+                                       "GPU UUIDs reported by two nodes at once (each is also a gpu_uuid_conflict "
+                                       "event)."))
         .with_row(Row("Collectors: Kafka and the database"))
-        .with_panel(ts("Kafka client errors", "none",
-                       prom(total("gpuwatch_collector_fetch_errors_total"), "fetch"),
-                       prom(total("gpuwatch_collector_commit_errors_total"), "commit"),
-                       prom(total("gpuwatch_collector_partition_log_resets_total"), "partition log resets"),
-                       span=8, description="A log reset: a partition shorter than what was read (the broker lost "
-                                           "data); the collector reads it again from its beginning."))
+        .with_panel(counts("Kafka client errors",
+                           ("gpuwatch_collector_fetch_errors_total", "fetch"),
+                           ("gpuwatch_collector_commit_errors_total", "commit"),
+                           ("gpuwatch_collector_partition_log_resets_total", "partition log resets"),
+                           description="A log reset: a partition shorter than what was read (the broker lost "
+                                       "data); the collector reads it again from its beginning."))
         .with_panel(ts("Database round trip", "s",
                        prom("max by (instance) (gpuwatch_collector_db_latency_seconds)", "{{instance}}"),
                        prom("min(gpuwatch_collector_db_up)", "up"), span=8))
-        .with_panel(ts("Database retries", "none",
-                       prom(total("gpuwatch_collector_db_retries_total"), "retries"), span=8,
-                       description="Database operations of the ingest path retried while the database was away or "
-                                   "refused work; meanwhile nothing is stored (Kafka keeps the data)."))
+        .with_panel(counts("Database retries",
+                           ("gpuwatch_collector_db_retries_total", "retries"),
+                           description="Database operations of the ingest path retried while the database was away or "
+                                       "refused work; meanwhile nothing is stored (Kafka keeps the data)."))
         .with_panel(ts("Ingest rate (collector's own)", "ops", prom(
             "sum(gpuwatch_collector_ingest_records_per_second)", "records/s"), span=8))
         .with_panel(stat("Dead letters in the database", "none", Sql(
