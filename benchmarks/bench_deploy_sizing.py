@@ -172,6 +172,7 @@ async def run_timescale(args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.incidents.generate import Fleet
     from collector.store import Store
+    from telemetry.records import GpuRecord
 
     node = shutil.which("node")
     pglite = ROOT / "tests" / "pglite"
@@ -196,6 +197,8 @@ async def run_timescale(args: argparse.Namespace) -> dict[str, Any]:
             batch: list[Any] = []
             records = 0
             for record in fleet.records():
+                if not isinstance(record, GpuRecord):  # the agents' events (lost GPUs): not samples
+                    continue
                 batch.append(record)
                 if len(batch) >= 2000:
                     await store.write(batch)

@@ -110,6 +110,7 @@ class KafkaIngest:
         self.counters: Counter[str] = Counter()
         self.lag: dict[int, int] = {}
         self.stalled: dict[int, float] = {}  # partition -> seconds without a record while behind
+        self.joined = False  # the group gave this member an assignment (an empty one too): /readyz
         self._kw = dict(client_kwargs or {})
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -241,6 +242,7 @@ class KafkaIngest:
             self._to_rewind[tp] = committed
         if self._to_rewind:
             self._consumer.pause(*self._to_rewind)
+        self.joined = True
         log.info("partitions assigned: %s (decoders kept for %s)", sorted(mine), kept or "none")
 
     async def _rewind_pending(self) -> None:
@@ -572,6 +574,8 @@ class KafkaIngest:
             ("log_resets", "gpuwatch_collector_partition_log_resets",
              "partitions found shorter than what was read (the broker lost data)"),
             ("fetch_errors", "gpuwatch_collector_fetch_errors", "failed Kafka fetches"),
+            ("keyframe_request_errors", "gpuwatch_collector_keyframe_request_errors",
+             "keyframe requests not delivered to the control topic"),
             ("commit_errors", "gpuwatch_collector_commit_errors", "failed Kafka offset commits"),
         )
         for key, name, doc in counted:

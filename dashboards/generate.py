@@ -433,58 +433,152 @@ def anomalies() -> Dashboard:
 def health() -> Dashboard:
     info = "on (instance) group_left (Hostname) gpuwatch_agent_info"
     rate = "[$__rate_interval]"
+
+    def per_node(expr: str) -> str:
+        """``expr`` (one series per agent) with the agent's node name, the max per node."""
+        return f"max by (Hostname) ({expr} * {info})"
+
+    def counts(title: str, *counters: tuple[str, str], description: str = "") -> Timeseries:
+        """A panel of fleet-wide counter increases per step: (counter, legend) each."""
+        return ts(title, "none", *(prom(f"sum(increase({c}{rate}))", legend) for c, legend in counters), span=8,
+                  description=description)
+
     return (
         base("gpuwatch-health", "gpuwatch / Agent and collector health",
-             "gpuwatch's own health: samples and intervals, CPU against the budget, NVML cost, Kafka and the "
-             "spool on the agents; ingest, lag, dead letters and the database on the collectors.")
+             "gpuwatch's own health: samples and intervals, the CPU budget, NVML cost, Kafka, the spool and "
+             "the control topic on the agents; ingest, lag, stalls, dead letters, keyframe requests and the "
+             "database on the collectors.")
         .with_variable(prom_datasource())
-        .with_row(Row("Agents"))
+        .with_variable(pg_datasource())
+        .with_row(Row("Agents: sampling and budget"))
         .with_panel(ts("GPU samples per second", "ops", prom(
             f"sum by (Hostname) (rate(gpuwatch_agent_samples_total{rate}) * {info})", "{{Hostname}}"), span=8))
-        .with_panel(ts("Sampling interval", "s", prom(
-            f"max by (Hostname, UUID) (gpuwatch_agent_sample_interval_seconds * {info})", "{{Hostname}} {{UUID}}"),
-            span=8, description="The adaptive interval of each GPU (busy GPUs faster, idle ones slower)."))
-        .with_panel(ts("CPU against the budget", "percentunit",
-                       prom(f"max by (Hostname) (gpuwatch_agent_cpu_usage_ratio * {info})", "used {{Hostname}}"),
-                       prom(f"max by (Hostname) (gpuwatch_agent_cpu_budget_ratio * {info})", "budget {{Hostname}}"),
-                       prom(f"max by (Hostname) (rate(process_cpu_seconds_total{rate}) * {info})",
-                            "process {{Hostname}}"), span=8))
-        .with_panel(ts("Interval stretch", "none", prom(
-            f"max by (Hostname) (gpuwatch_agent_interval_stretch * {info})", "{{Hostname}}"), span=8,
-            description="Factor the CPU budget applies to every interval (1: within budget)."))
-        .with_panel(ts("Resident memory", "bytes", prom(
-            f"max by (Hostname) (process_resident_memory_bytes * {info})", "{{Hostname}}"), span=8))
+        .with_panel(ts("Sampling interval", "s",
+                       prom(f"max by (Hostname, UUID) (gpuwatch_agent_sample_interval_seconds * {info})",
+                            "{{Hostname}} {{UUID}}"),
+                       prom(per_node("gpuwatch_agent_interval_ceiling_seconds"), "ceiling {{Hostname}}"),
+                       span=8, description="The adaptive interval of each GPU (busy GPUs faster, idle ones slower); "
+                                           "the budget never stretches one past the ceiling."))
+        .with_panel(ts("CPU by account", "percentunit",
+                       prom(f"max by (Hostname, account) (rate(gpuwatch_agent_cpu_seconds_total{rate}) * {info})",
+                            "{{account}} {{Hostname}}"),
+                       prom(per_node("gpuwatch_agent_cpu_budget_ratio"), "sampling budget {{Hostname}}"),
+                       prom(per_node("gpuwatch_agent_transport_cpu_budget_ratio"), "transport budget {{Hostname}}"),
+                       prom(per_node(f"rate(process_cpu_seconds_total{rate})"), "process {{Hostname}}"), span=8,
+                       description="Thread CPU time of the agent's own threads by account (sampling: sampling and "
+                                   "XID threads, what the sampling budget governs; transport: framing, Kafka, "
+                                   "spool, control topic; http: /metrics), against the budgets, and the whole "
+                                   "process."))
+        .with_panel(ts("Sampling threads against their budget", "percentunit",
+                       prom(per_node("gpuwatch_agent_cpu_usage_ratio"), "used {{Hostname}}"),
+                       prom(per_node("gpuwatch_agent_cpu_budget_ratio"), "budget {{Hostname}}"), span=8,
+                       description="CPU of the sampling threads over the budget's recent window (the figure the "
+                                   "budget acts on)."))
+        .with_panel(ts("Interval stretch", "none", prom(per_node("gpuwatch_agent_interval_stretch"), "{{Hostname}}"),
+                       span=8, description="Factor the CPU budget applies to every interval (1: within budget); "
+                                           "never past the ceiling interval."))
+        .with_panel(ts("Samples the budget stretched or held at the ceiling", "ops",
+                       prom(f"sum by (Hostname) (rate(gpuwatch_agent_budget_stretched_samples_total{rate}) * {info})",
+                            "stretched {{Hostname}}"),
+                       prom(f"sum by (Hostname) (rate(gpuwatch_agent_budget_capped_samples_total{rate}) * {info})",
+                            "held at the ceiling {{Hostname}}"), span=8,
+                       description="Stretched: the budget lengthened the next interval. Held at the ceiling: it "
+                                   "would have gone past the ceiling interval and was kept there (the agent needs "
+                                   "more CPU than its budget; raise agent.sampling.cpuBudget)."))
+        .with_panel(ts("Resident memory", "bytes", prom(per_node("process_resident_memory_bytes"), "{{Hostname}}"),
+                       span=8))
         .with_panel(ts("NVML time per call", "s", prom(
             f"sum by (call) (rate(gpuwatch_agent_nvml_call_seconds_total{rate})) / "
             f"sum by (call) (rate(gpuwatch_agent_nvml_calls_total{rate}))", "{{call}}"), span=8))
         .with_panel(ts("Agent errors", "none", prom(
             f"sum by (kind) (increase(gpuwatch_agent_errors_total{rate}))", "{{kind}}"), span=8))
-        .with_panel(ts("Kafka: sent, spooled, replayed, dropped", "ops",
+        .with_row(Row("Agents: Kafka, spool, control topic"))
+        .with_panel(ts("Kafka: sent, spooled, replayed", "ops",
                        prom(f"sum(rate(gpuwatch_agent_kafka_sent_total{rate}))", "sent"),
                        prom(f"sum(rate(gpuwatch_agent_kafka_spooled_total{rate}))", "spooled"),
                        prom(f"sum(rate(gpuwatch_agent_kafka_replayed_total{rate}))", "replayed"),
-                       prom(f"sum(rate(gpuwatch_agent_spool_dropped_total{rate}))", "dropped"), span=8))
-        .with_panel(ts("Spool and connection", "bytes",
-                       prom(f"max by (Hostname) (gpuwatch_agent_spool_bytes * {info})", "spool {{Hostname}}"),
-                       prom("count(gpuwatch_agent_kafka_connected == 0) or vector(0)", "agents disconnected"),
-                       span=8))
-        .with_row(Row("Collectors"))
+                       prom(f"sum(rate(gpuwatch_agent_kafka_send_errors_total{rate}))", "send errors"), span=8))
+        .with_panel(counts("Telemetry lost on the agents",
+                           ("gpuwatch_agent_spool_dropped_total", "spool bound (oldest dropped)"),
+                           ("gpuwatch_agent_memory_dropped_total", "memory (the spool could not take them)"),
+                           ("gpuwatch_agent_spool_corrupt_messages_total", "spool damage"),
+                           ("gpuwatch_agent_kafka_rejected_total", "rejected by Kafka"),
+                           description="Messages lost, by cause. Each is a separate counter: the spool's bound "
+                                       "(agent.spool.maxMB), memory while the spool's disk failed, damaged spool "
+                                       "regions, and messages Kafka refused for themselves (too large, corrupt)."))
+        .with_panel(ts("Backlog", "bytes",
+                       prom(per_node("gpuwatch_agent_spool_bytes"), "spool {{Hostname}}"),
+                       prom(per_node("gpuwatch_agent_memory_bytes"), "memory {{Hostname}}"), span=8,
+                       description="What waits to be sent: on disk (the spool) and in memory."))
+        .with_panel(counts("Spool faults",
+                           ("gpuwatch_agent_spool_write_errors_total", "write errors (disk full?)"),
+                           ("gpuwatch_agent_spool_corrupt_total", "damaged regions stepped over")))
+        .with_panel(ts("Agents not connected", "none",
+                       prom("count(gpuwatch_agent_kafka_connected == 0) or vector(0)", "to Kafka"),
+                       prom("count(gpuwatch_agent_control_connected == 0) or vector(0)", "to the control topic"),
+                       span=8, description="Agents whose producer is not connected (they spool), and agents not "
+                                           "reading the control topic (keyframe requests do not reach them)."))
+        .with_panel(counts("Keyframes and control messages",
+                           ("gpuwatch_agent_control_keyframe_requests_total", "requested by the collector"),
+                           ("gpuwatch_agent_keyframe_requests_total", "keyframes forced (sender, collector)"),
+                           ("gpuwatch_agent_control_malformed_total", "malformed control messages")))
+        .with_row(Row("Collectors: ingest"))
         .with_panel(ts("Records stored per second", "ops",
                        prom(f"sum(rate(gpuwatch_collector_records_total{rate}))", "records"),
                        prom(f"sum(rate(gpuwatch_collector_events_total{rate}))", "events"), span=8))
         .with_panel(ts("Consumer lag", "none",
                        prom("max by (partition) (gpuwatch_collector_consumer_lag_messages)", "partition {{partition}}"),
                        prom("sum(gpuwatch_collector_consumer_lag_messages_all)", "all"), span=8,
-                       description="Messages behind the end of each partition of the telemetry topic."))
-        .with_panel(ts("Dead-lettered, skipped and duplicate frames", "none",
-                       prom(f"sum(increase(gpuwatch_collector_dead_lettered_frames_total{rate}))", "dead-lettered"),
-                       prom(f"sum(increase(gpuwatch_collector_frames_skipped_total{rate}))", "skipped"),
-                       prom(f"sum(increase(gpuwatch_collector_duplicate_frames_total{rate}))", "duplicate"), span=8))
+                       description="Messages between each partition's end offset (read every few seconds) and what "
+                                   "the collector consumed: a stalled partition shows as growing lag."))
+        .with_panel(ts("Partition stalls", "s",
+                       prom("max by (partition) (gpuwatch_collector_partition_stalled_seconds)",
+                            "partition {{partition}}"), span=8,
+                       description="Seconds a partition with messages waiting has delivered nothing (0: flowing). "
+                                   "Past collector.kafka.stallAfterSeconds the collector logs it and restarts "
+                                   "its fetch."))
+        .with_panel(counts("Dead letters",
+                           ("gpuwatch_collector_dead_lettered_frames_total", "dead-lettered"),
+                           ("gpuwatch_collector_dead_letters_in_database_total", "into the database"),
+                           ("gpuwatch_collector_dead_letters_truncated_total", "cut to fit"),
+                           description="Messages set aside (undecodable, invalid): to the dead-letter topic, or "
+                                       "into the dead_letters table when the topic did not take them; long ones cut "
+                                       "to the dead-letter producer's limit."))
+        .with_panel(counts("Skipped, duplicate and baseless frames",
+                           ("gpuwatch_collector_frames_skipped_total", "skipped"),
+                           ("gpuwatch_collector_duplicate_frames_total", "duplicate"),
+                           ("gpuwatch_collector_frames_without_base_total", "without base")))
+        .with_panel(counts("Keyframe requests and GPU UUID conflicts",
+                           ("gpuwatch_collector_keyframe_requests_total", "keyframe requests"),
+                           ("gpuwatch_collector_keyframe_request_errors_total", "requests not delivered"),
+                           ("gpuwatch_collector_gpu_uuid_conflicts_total", "GPU UUID conflicts"),
+                           description="Keyframe requests to agents whose stream lost its base (on the control topic); "
+                                       "GPU UUIDs reported by two nodes at once (each is also a gpu_uuid_conflict "
+                                       "event)."))
+        .with_row(Row("Collectors: Kafka and the database"))
+        .with_panel(counts("Kafka client errors",
+                           ("gpuwatch_collector_fetch_errors_total", "fetch"),
+                           ("gpuwatch_collector_commit_errors_total", "commit"),
+                           ("gpuwatch_collector_partition_log_resets_total", "partition log resets"),
+                           description="A log reset: a partition shorter than what was read (the broker lost "
+                                       "data); the collector reads it again from its beginning."))
         .with_panel(ts("Database round trip", "s",
                        prom("max by (instance) (gpuwatch_collector_db_latency_seconds)", "{{instance}}"),
-                       prom("min(gpuwatch_collector_db_up)", "up"), span=12))
+                       prom("min(gpuwatch_collector_db_up)", "up"), span=8))
+        .with_panel(counts("Database retries",
+                           ("gpuwatch_collector_db_retries_total", "retries"),
+                           description="Database operations of the ingest path retried while the database was away or "
+                                       "refused work; meanwhile nothing is stored (Kafka keeps the data)."))
         .with_panel(ts("Ingest rate (collector's own)", "ops", prom(
-            "sum(gpuwatch_collector_ingest_records_per_second)", "records/s"), span=12))
+            "sum(gpuwatch_collector_ingest_records_per_second)", "records/s"), span=8))
+        .with_panel(stat("Dead letters in the database", "none", Sql(
+            "SELECT count(*) AS value FROM dead_letters WHERE $__timeFilter(recorded_at)", "table"), span=4,
+            description="Rows of the dead_letters table in the range: messages the dead-letter topic did not take."))
+        .with_panel(table("Dead letters in the database (newest)", Sql(
+            "SELECT recorded_at AS time, topic, partition, \"offset\", size, reason, why_not_kafka, sha256"
+            " FROM dead_letters WHERE $__timeFilter(recorded_at) ORDER BY recorded_at DESC LIMIT 200", "table"),
+            span=12, height=8,
+            description="Source topic, partition and offset of each; the value (its first MiB) is in the table."))
     )
 
 

@@ -190,7 +190,11 @@ async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingest
     from collector.api.context import IngestStats
     from collector.api.server import ApiServer
 
-    stats = IngestStats(counters=lambda: ingestor.counters, lag=lambda: consumer.lag, families=consumer.families)
+    def not_ready() -> str | None:
+        return None if consumer.joined else f"the consumer has not joined group {consumer.group} yet"
+
+    stats = IngestStats(counters=lambda: ingestor.counters, lag=lambda: consumer.lag, families=consumer.families,
+                        not_ready=not_ready)
     api = ApiServer(store.pool, api_settings, stats)
     try:
         await api.start()

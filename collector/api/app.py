@@ -1,10 +1,15 @@
-"""The FastAPI application: ``/api/v1`` routes, ``/metrics``, the web page.
+"""The FastAPI application: ``/api/v1`` routes, ``/metrics``, the web page, the probes.
 
 Why a factory: the collector, ``gpuwatch up``, tests and benchmarks each build one app
 over their own pool and settings; nothing is global. CORS stays off unless origins are
 configured. The OpenAPI document declares the JSON error body for every error status;
 FastAPI's automatic 422 answers are removed from it (validation errors are 400s here,
 see :mod:`collector.api.errors`), so clients and Schemathesis can rely on one shape.
+
+``/healthz`` (200 while the process serves) and ``/readyz`` (200 once the store is open and
+ingest can take data: the consumer joined its group, or ingest runs in process) need no
+token and touch no database, so Kubernetes' probes and the image's HEALTHCHECK cost nothing
+and a database outage does not take the API out of its Service.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from collector.api import errors, metrics, routes_admin, routes_fleet, routes_records, web
 from collector.api.context import ApiContext, IngestStats
@@ -46,6 +51,19 @@ def create_app(pool: Any, settings: ApiSettings | None = None, stats: IngestStat
         ctx: ApiContext = app.state.ctx
         who = await metrics.caller(ctx, request)
         return Response(await metrics.render(ctx, rate, who), media_type="text/plain; version=0.0.4")
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        ctx: ApiContext = app.state.ctx
+        closing = getattr(ctx.pool, "is_closing", None)
+        reason = "the store is closed" if closing is not None and closing() else ctx.stats.not_ready()
+        if reason is None:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
 
     if cfg.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cfg.cors_origins, allow_methods=["GET", "POST", "DELETE"],

@@ -23,12 +23,14 @@ class IngestStats:
 
     ``counters`` returns the ingestor's counters (records, events, dead_lettered...),
     ``lag`` the consumer's lag per partition (empty without Kafka), ``families`` the
-    consumer's own Prometheus metric families (stalls, retries, keyframe requests...).
+    consumer's own Prometheus metric families (stalls, retries, keyframe requests...),
+    ``not_ready`` why ingest cannot take data yet (``None``: it can; in process, always).
     """
 
     counters: Callable[[], Mapping[str, int]] = dict
     lag: Callable[[], Mapping[int, int]] = dict
     families: Callable[[], Iterable[Any]] = tuple
+    not_ready: Callable[[], str | None] = lambda: None
 
 
 @dataclass(slots=True)

@@ -99,6 +99,9 @@ REJECTED = [
     ({"agent": {"logLevel": "TRACE"}}, "agent.logLevel", "INFO"),
     ({"prometheusRule": {"targetDownFor": "five minutes"}}, "prometheusRule.targetDownFor", "pattern"),
     ({"collector": {"alerting": {"secrets": {"not an env name": "x"}}}}, "collector.alerting.secrets", "not an env"),
+    ({"collector": {"kafka": {"fetchMaxWaitMs": 0}}}, "collector.kafka.fetchMaxWaitMs", "1"),
+    ({"collector": {"kafka": {"stallAfterSeconds": 0}}}, "collector.kafka.stallAfterSeconds", "0"),
+    ({"collector": {"kafka": {"dlqMaxRequestSize": 1000}}}, "collector.kafka.dlqMaxRequestSize", "65536"),
 ]
 
 
@@ -121,6 +124,8 @@ CROSS_FIELD = [
     ({"kafka": {"tls": {"enabled": True, "certKey": "tls.crt", "keyKey": "tls.key"}}}, "kafka.tls.existingSecret"),
     ({"collector": {"autoscaling": {"enabled": True, "minReplicas": 9, "maxReplicas": 3}}}, "must not exceed"),
     ({"agent": {"sampling": {"intervalFloor": 5, "intervalCeiling": 2}}}, "intervalCeiling (2) must be >="),
+    ({"collector": {"kafka": {"fetchMaxBytes": 1 << 20, "maxPartitionFetchBytes": 2 << 20}}},
+     "collector.kafka.maxPartitionFetchBytes (2097152) must not exceed collector.kafka.fetchMaxBytes (1048576)"),
 ]
 
 
@@ -249,7 +254,8 @@ def test_existing_secrets_are_referenced_and_none_is_made() -> None:
     assert volumes["api-tls"]["secret"]["secretName"] == "gpuwatch-api-tls"
     (collector,) = pod["containers"]
     assert collector["envFrom"] == [{"secretRef": {"name": "gpuwatch-alert-webhooks"}}]
-    assert collector["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert collector["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
+    assert collector["livenessProbe"]["httpGet"]["path"] == collector["startupProbe"]["httpGet"]["path"] == "/healthz"
     assert env_of(collector)["GPUWATCH_DB_FILE"] == "/etc/gpuwatch/db/uri"
     assert not rendered.of_kind("ConfigMap") or all(
         "dashboard" in c["metadata"]["name"] for c in rendered.of_kind("ConfigMap"))
@@ -360,3 +366,50 @@ def test_chart_files_are_what_helm_packages() -> None:
     assert not [p for p in (CHART / "dashboards").iterdir() if p.is_symlink()]
     assert os.access(CHART / "values.schema.json", os.R_OK)
     assert Path(CHART / "values.schema.json").read_text().startswith("{")
+
+
+# collector.kafka.* -> the collector's settings (collector/settings.py)
+TUNING = {"fetchMaxWaitMs": "fetch_max_wait_ms", "fetchMaxBytes": "fetch_max_bytes",
+          "maxPartitionFetchBytes": "max_partition_fetch_bytes", "dlqMaxRequestSize": "dlq_max_request_size",
+          "stallAfterSeconds": "stall_after_s", "keyframeRequestIntervalSeconds": "keyframe_request_interval_s",
+          "maxBatch": "max_batch"}
+
+
+def _bounds(field: Any) -> dict[str, float]:
+    names = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum"}
+    return {names[k]: getattr(m, k) for m in field.metadata for k in names if hasattr(m, k)}
+
+
+def test_the_collectors_tuning_values_have_the_codes_defaults_and_bounds() -> None:
+    from collector.settings import CollectorSettings
+
+    fields = CollectorSettings.model_fields
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["collector"]["properties"]
+    pairs = [(values["collector"]["kafka"][k], schema["kafka"]["properties"][k], fields[f]) for k, f in TUNING.items()]
+    pairs.append((values["collector"]["maintenanceIntervalSeconds"], schema["maintenanceIntervalSeconds"],
+                  fields["maintenance_interval"]))
+    for value, prop, field in pairs:
+        assert value == field.default
+        assert {k: v for k, v in prop.items() if k != "type"} == _bounds(field), prop
+    assert values["database"]["profile"] == fields["db_profile"].default
+
+
+def test_the_collectors_tuning_reaches_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.settings import load
+    from collector.settings import CollectorSettings, ConsumerTuning
+
+    tuned = {"fetchMaxWaitMs": 250, "fetchMaxBytes": 32 << 20, "maxPartitionFetchBytes": 4 << 20,
+             "dlqMaxRequestSize": 2 << 20, "stallAfterSeconds": 12.5, "keyframeRequestIntervalSeconds": 3,
+             "maxBatch": 2000}
+    rendered = render("defaults", collector={"kafka": tuned, "maintenanceIntervalSeconds": 30},
+                      database={"profile": "plain"})
+    for name, value in env_of(containers(rendered.one("Deployment"))[0]).items():
+        if isinstance(value, str) and name != "GPUWATCH_DB_FILE":  # the DSN file exists only in the pod
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GPUWATCH_DB", "postgresql://gpuwatch@db/gpuwatch")
+    settings = load(CollectorSettings, {})
+    assert settings.tuning() == ConsumerTuning(
+        fetch_max_wait_ms=250, fetch_max_bytes=32 << 20, max_partition_fetch_bytes=4 << 20,
+        dlq_max_request_size=2 << 20, stall_after_s=12.5, keyframe_request_interval_s=3)
+    assert (settings.max_batch, settings.maintenance_interval, settings.db_profile) == (2000, 30, "plain")

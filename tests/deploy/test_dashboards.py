@@ -3,8 +3,10 @@
 * Regenerating (``dashboards/generate.py --check``) gives the committed files, in both
   places (``dashboards/`` and the chart's copy).
 * Every dashboard has the datasource variables it queries through, and uses only metric
-  names the agent and the collector emit (from their sources and the catalog) and labels
-  they emit.
+  names and labels that the agent and the collector really serve: read from their
+  ``/metrics`` in the live stack (:mod:`tests.deploy.live`, the rendered DaemonSet and
+  Deployment as processes), so a renamed metric or a dropped label fails here by name. The
+  PrometheusRule likewise.
 * Every SQL query (panels, variables, annotations) runs on a real PostgreSQL whose data came
   through the collector's own path: records of a simulated fleet with incidents
   (``benchmarks/incidents``), the agent's event derivation, the writer, the detectors and
@@ -18,16 +20,21 @@ server can run here; its query-time substitutions are reproduced in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import pytest
+import yaml
 
+from tests.conftest import wait_until
 from tests.deploy.dashboards import (
     ROOT,
     Query,
@@ -42,6 +49,7 @@ from tests.deploy.dashboards import (
     variables,
 )
 from tests.deploy.databases import fresh_database
+from tests.deploy.live import Stack, parse_exposition
 from tests.fixtures_pg import PgServer
 
 QUERIES = all_queries()
@@ -77,112 +85,159 @@ def test_the_issue_s_dashboards_exist_with_datasource_variables() -> None:
     assert {a["name"] for a in uids["gpuwatch-anomalies"]["annotations"]["list"]} == {"Anomalies", "GPU events"}
 
 
-def _emitted_names() -> set[str]:
-    """Metric names the agent and the collector expose, read from their sources."""
-    from telemetry.catalog import KEYS
+@dataclass(frozen=True)
+class Emitted:
+    """What the live stack's agent and collector serve on /metrics, and what Prometheus adds."""
 
-    names = set(KEYS) | {"up"}
-    # prometheus_client's ProcessCollector
-    names |= {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
-              "process_start_time_seconds", "process_open_fds", "process_max_fds"}
-    for source in (ROOT / "agent" / "exposition.py", ROOT / "collector" / "api" / "metrics.py"):
-        text = source.read_text()
-        names |= {m + "_total" for m in re.findall(r'CounterMetricFamily\(\s*"([a-z_]+)"', text)}
-        names |= set(re.findall(r'GaugeMetricFamily\(\s*"([a-z_]+)"', text))
-        names |= {n + ("_total" if k == "counter" else "") for n, k in
-                  re.findall(r'\("(gpuwatch_agent_[a-z_]+)", "(counter|gauge)"', text)}
-        names |= {m + "_total" for m in re.findall(r'\("[a-z_]+", "(gpuwatch_collector_[a-z_]+)", "', text)}
-        names |= set(re.findall(r'\("(gpuwatch_process_[a-z_]+)", "', text))
-    return names
+    metrics: dict[str, frozenset[str]]  # metric name (as scraped) -> its label names
+    added: frozenset[str]  # labels every scraped series gets (instance, job, the target labels)
+
+    def unknown(self, names: set[str]) -> set[str]:
+        return names - set(self.metrics) - {"up"}
+
+    def labels_of(self, names: set[str]) -> set[str]:
+        return {label for n in names for label in self.metrics.get(n, ())} | set(self.added)
 
 
-_EMITTED_LABELS = {
-    # dcgm-exporter's GPU labels (agent/exposition.py gpu_labels) and the process families'
-    "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION", "GPU_I_PROFILE",
-    "GPU_I_ID", "container", "namespace", "pod", "pid", "process_name", "service",
-    # the agent's and collector's own
-    "call", "kind", "driver", "driver_version", "partition", "severity",
-    # added by Prometheus
-    "instance", "job",
-}
+@pytest.fixture(scope="module")
+def emitted(stack: Stack) -> Emitted:
+    """Read once data flows end to end (records stored, lag measured from the end offsets): the
+    partition-labelled gauges have samples only from then on."""
+
+    def read() -> Emitted | None:
+        agent, collector = parse_exposition(stack.metrics("agent")), parse_exposition(stack.metrics("collector"))
+        flowing = collector.labels.get("gpuwatch_collector_consumer_lag_messages") and \
+            "gpuwatch_process_used_memory_bytes" in agent.labels
+        return Emitted({**agent.labels, **collector.labels}, frozenset(stack.target_labels())) if flowing else None
+
+    return wait_until(read, timeout=60, interval=0.5, what="telemetry flowing from the agent through the collector")
 
 
-@pytest.mark.parametrize("query", PROMQL, ids=[q.id for q in PROMQL])
-def test_promql_uses_only_emitted_metrics_and_labels(query: Query) -> None:
-    text = query.text
+def _query_parts(text: str) -> tuple[str, set[str]]:
+    """The expression of a query (a label_values variable's match) and the labels it uses."""
+    labels: set[str] = set()
     if text.startswith("label_values("):
         m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", text)
         assert m, text
-        text, label = m[1], m[2]
-        assert label in _EMITTED_LABELS
+        text = m[1]
+        labels.add(m[2])
+    return text, labels | grouping_labels(text) | label_matchers(text)
+
+
+@pytest.mark.parametrize("query", PROMQL, ids=[q.id for q in PROMQL])
+def test_promql_uses_only_emitted_metrics_and_labels(emitted: Emitted, query: Query) -> None:
+    text, labels = _query_parts(query.text)
     names = metric_names(text)
     assert names, f"no metric in {text}"
-    unknown = names - _emitted_names()
+    unknown = emitted.unknown(names)
     assert not unknown, f"{query.id}: {sorted(unknown)} are not emitted by the agent or the collector"
-    labels = grouping_labels(text) | label_matchers(text)
-    assert labels <= _EMITTED_LABELS, f"{query.id}: labels {sorted(labels - _EMITTED_LABELS)} are never emitted"
+    missing = labels - emitted.labels_of(names)
+    assert not missing, f"{query.id}: labels {sorted(missing)} are on none of {sorted(names)}"
 
 
-def test_the_prometheus_rule_uses_only_emitted_metrics() -> None:
+def test_the_prometheus_rule_uses_only_emitted_metrics(emitted: Emitted) -> None:
     from tests.deploy.helm import Chart, value_set
 
     groups = Chart().render(value_set("defaults")).one("PrometheusRule")["spec"]["groups"]
     for rule in (r for g in groups for r in g["rules"]):
-        unknown = metric_names(rule["expr"]) - _emitted_names()
+        names = metric_names(rule["expr"])
+        unknown = emitted.unknown(names)
         assert not unknown, f"{rule['alert']}: {sorted(unknown)} are not emitted"
+        have = emitted.labels_of(names)
         labels = grouping_labels(rule["expr"]) | label_matchers(rule["expr"])
-        assert labels <= _EMITTED_LABELS, rule["expr"]
+        assert labels <= have, f"{rule['alert']}: {sorted(labels - have)} in {rule['expr']}"
         for text in rule["annotations"].values():
             used = set(re.findall(r"\$labels\.(\w+)", text))
-            assert used <= _EMITTED_LABELS, f"{rule['alert']}: {used - _EMITTED_LABELS}"
+            assert used <= have, f"{rule['alert']}: {sorted(used - have)} in its annotations"
 
 
 # ---- SQL against the real schema, filled by the collector's path ---------------------------
 
 END = datetime.now(UTC).replace(microsecond=0)
-HOURS = 1.0
-RULES = """
+HOURS = 0.5
+#: the chart's default detector settings (the general detector's metrics), one catch-all rule
+DETECTORS = yaml.safe_load((ROOT / "collector" / "alerting" / "default_rules.yaml").read_text())["detectors"]
+RULES = f"""
+detectors: {json.dumps(DETECTORS)}
 channels:
-  am: {type: alertmanager, url: "http://127.0.0.1:9"}
+  am: {{type: alertmanager, url: "http://127.0.0.1:9"}}
 rules:
-  - {name: everything, channels: [am]}
+  - {{name: everything, channels: [am]}}
 """
+REIMAGED = "gpu-node-reimaged"  # reports a GPU UUID of another node for two minutes: a gpu_uuid_conflict
 
 
 async def _fill(dsn: str) -> None:
+    """The collector's own path, in process as ``gpuwatch up`` runs it: each node's agent side
+    (event derivation, XID events, the framer) -> the in-process transport -> the ingestor
+    (decode, validate, store; dead letters into the database, as when the dead-letter topic
+    refuses them) -> detection and alerting; then maintenance and the service-usage rollup."""
+    from agent.framing import Framer
+    from agent.spool import Message
     from agent.transitions import GpuTransitions
     from benchmarks.incidents.generate import Fleet
+    from collector import deadletter
     from collector.alerting.rules import parse_rules
     from collector.alerting.service import DetectionService
     from collector.api import usage
-    from collector.store import Store
-    from telemetry.records import EventRecord, GpuRecord
+    from collector.ingest import Inbound, Ingestor
+    from collector.store import Store, validate, validate_event
+    from gpuwatch.inprocess import InProcessTransport
+    from telemetry.records import EventRecord
 
     start = END - timedelta(hours=HOURS)
-    fleet = Fleet(nodes=1, hours=HOURS, seed=3, t0=start.timestamp())
+    fleet = Fleet(nodes=2, hours=HOURS, seed=11, t0=start.timestamp())
     store = await Store.open(dsn, now=END)
+    transport = InProcessTransport(asyncio.get_running_loop())
+    framers: dict[str, Framer] = {}
+
+    def framer(node: str) -> Framer:
+        if node not in framers:
+            framers[node] = Framer(transport.submit, node=node, instance=f"agent-of-{node}", max_delay_s=3600)
+        return framers[node]
+
+    async def dead_letter(msg: Inbound, reason: str) -> None:
+        await deadletter.record(store.pool, "gpu.telemetry", msg.partition, msg.offset, msg.key, msg.value,
+                                msg.headers, reason, "the dead-letter topic refused it")
+
     try:
         detection = DetectionService(store.pool, parse_rules(RULES))
+        ingestor = Ingestor(store, dead_letter, validate=validate, validate_event=validate_event,
+                            on_committed=detection.on_committed)
+
+        async def deliver() -> None:
+            await asyncio.sleep(0)  # the transport's submit runs on the loop
+            while transport.pending():
+                await ingestor.handle(await transport.batch(5000, 0))
+            await detection.flush()
+
         transitions: dict[str, GpuTransitions] = {}
         last_xid: dict[str, float] = {}
-        batch: list[GpuRecord] = []
-        events: list[EventRecord] = []
-        for record in fleet.records():
+        copied = None  # (gpu, until): what the re-imaged node reports
+        for n, record in enumerate(fleet.records()):
+            if isinstance(record, EventRecord):  # the agent's own events (a GPU lost, back)
+                framer(record.node).add_event(record)
+                continue
             t = transitions.setdefault(record.gpu, GpuTransitions(record.node, record.gpu))
-            events += t.update(record.ts, record.metrics)
+            for event in t.update(record.ts, record.metrics):
+                framer(record.node).add_event(event)
             xid = record.metrics.get("DCGM_FI_DEV_XID_ERRORS", 0)
             if xid and xid != last_xid.get(record.gpu):  # what the agent's XID event thread reports
-                events.append(EventRecord(record.ts, record.node, record.gpu, "xid", int(xid), f"XID {int(xid)}"))
+                framer(record.node).add_event(
+                    EventRecord(record.ts, record.node, record.gpu, "xid", int(xid), f"XID {int(xid)}"))
             last_xid[record.gpu] = xid
-            batch.append(record)
-            if len(batch) >= 5000:
-                await store.write(batch, events)
-                detection.on_committed(batch, events)
-                await detection.flush()
-                batch, events = [], []
-        await store.write(batch, events)
-        detection.on_committed(batch, events)
-        await detection.flush()
+            framer(record.node).add(record)
+            if copied is None and record.ts >= start.timestamp() + HOURS * 1800:
+                copied = (record.gpu, record.ts + 120)
+            if copied is not None and record.gpu == copied[0] and record.ts <= copied[1]:
+                framer(REIMAGED).add(dataclasses.replace(record, node=REIMAGED))
+            if n % 5000 == 0:
+                await deliver()
+        transport.submit(Message(b"GPU-x", b"not a frame", framer(REIMAGED).frame_headers))
+        for f in framers.values():
+            f.flush()
+        await deliver()
+        assert ingestor.counters["gpu_uuid_conflicts"] and ingestor.counters["dead_lettered"], ingestor.counters
         await store.maintain(END + timedelta(minutes=2))
         async with store.pool.acquire() as conn:
             await usage.rebuild(conn, start - timedelta(minutes=2), END + timedelta(minutes=2))
@@ -243,3 +298,21 @@ def test_every_sql_query_returns_data(filled_db: str, query: Query) -> None:
         assert rows[0]["value"] is not None, f"{query.id}: NULL"
         if query.dashboard == "gpuwatch-service-history":  # totals of a fleet that ran an hour
             assert float(rows[0]["value"]) > 0, f"{query.id}: {rows[0]['value']}"
+
+
+def test_every_stored_anomaly_and_event_kind_is_shown_by_kind_without_naming_one(filled_db: str) -> None:
+    """The by-kind panels show whatever the detectors and the collector store (launch_bound, an info
+    anomaly; gpu_uuid_conflict, the collector's own event), and no query names a kind."""
+    range_ = (END - timedelta(hours=2), END + timedelta(minutes=5))
+    for title, table in (("Anomalies by kind", "anomalies"), ("Events by kind", "events")):
+        (query,) = [q for q in SQL if q.dashboard == "gpuwatch-anomalies" and q.where.startswith(title + "/")]
+        sql = expand_sql_macros(substitute(query.text, _sql_values(filled_db, query.dashboard), sql=True), *range_)
+        shown = {r["metric"] for r in asyncio.run(_fetch(filled_db, sql))}
+        stored = {r[0] for r in asyncio.run(_fetch(filled_db, f"SELECT DISTINCT kind FROM {table}"))}
+        assert shown == stored, f"{title}: {sorted(stored - shown)} stored but not shown"
+        assert {"launch_bound", "gpu_uuid_conflict"} & stored, stored
+    severities = {r[0] for r in asyncio.run(_fetch(filled_db, "SELECT DISTINCT severity FROM anomalies"))}
+    (severity,) = [v for v in variables("gpuwatch-anomalies") if v["name"] == "severity"]
+    assert "info" in severities and severities <= {v.strip() for v in severity["query"].split(",")}
+    for q in QUERIES:
+        assert not re.search(r"\bkind\s*(=|<>|!=|IN\b|~)", q.text, re.IGNORECASE), f"{q.id} singles out a kind"

@@ -39,6 +39,8 @@ class Case:
     alert_labels: dict[str, str] | None = None  # after aggregation (default: the series' labels)
     value: float = 0.0  # $value in the annotations
     extra_quiet: list[tuple[dict[str, str], str]] = field(default_factory=list)
+    # series of other metrics the rule reads, in every input: (metric, labels, values)
+    context: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
 
 
 CASES = [
@@ -57,11 +59,41 @@ CASES = [
     Case("GpuwatchAgentNotSending", "gpuwatch_agent_kafka_connected", AGENT, "1 0x10", "1x12", "7m", value=0),
     Case("GpuwatchAgentSpoolDropping", "gpuwatch_agent_spool_dropped_total", AGENT, "0 0 0 40x10", "7x12", "5m",
          value=40),
+    Case("GpuwatchAgentDroppingFromMemory", "gpuwatch_agent_memory_dropped_total", AGENT, "0 0 0 25x10", "3x12",
+         "5m", value=25),
+    Case("GpuwatchAgentSpoolFailing", "gpuwatch_agent_spool_write_errors_total", AGENT, "0 0 0 6x10", "2x12", "5m",
+         value=6, context=[("gpuwatch_agent_spool_corrupt_total", AGENT, "1x12")],
+         # damage found long ago (the counter does not move) is not news either
+         extra_quiet=[({**AGENT, "instance": "10.0.0.8:9400"}, "0x12")]),
+    Case("GpuwatchAgentKafkaRejecting", "gpuwatch_agent_kafka_rejected_total", AGENT, "0 0 0 2x10", "9x12", "5m",
+         value=2),
+    Case("GpuwatchAgentControlTopicUnread", "gpuwatch_agent_control_connected", AGENT, "1 0x20", "0x22", "15m",
+         value=0, context=[("gpuwatch_agent_kafka_connected", AGENT, "1x22"),
+                           # an agent that reaches no broker at all is GpuwatchAgentNotSending's
+                           ("gpuwatch_agent_kafka_connected", {**AGENT, "instance": "10.9.9.9:1"}, "0x22")]),
+    Case("GpuwatchAgentSamplingHeldAtCeiling", "gpuwatch_agent_budget_capped_samples_total", AGENT,
+         "0 0 0 0 0+40x30", "0 5 10 15 20x30", "25m", value=40 / 60,
+         # held at the ceiling for the last 10 minutes only: not yet 15
+         extra_quiet=[({**AGENT, "instance": "10.0.0.8:9400"}, "0x14 0+40x16")]),
     Case("GpuwatchCollectorDown", "up", COLLECTOR, "1 0x10", "1x12", "7m", value=0),
     Case("GpuwatchCollectorLagging", "gpuwatch_collector_consumer_lag_messages_all", COLLECTOR, "250000x15",
          "900x15", "12m", alert_labels={"job": COLLECTOR["job"]}, value=250000),
     Case("GpuwatchDeadLetteredFrames", "gpuwatch_collector_dead_lettered_frames_total", COLLECTOR, "0 0 0 3x10",
          "0x12", "5m", value=3),
+    Case("GpuwatchDeadLettersInDatabase", "gpuwatch_collector_dead_letters_in_database_total", COLLECTOR,
+         "0 0 0 4x10", "1x12", "5m", value=4),
+    Case("GpuwatchCollectorPartitionStalled", "gpuwatch_collector_partition_stalled_seconds",
+         {**COLLECTOR, "partition": "2"}, "0 0 35 95 155 215 275 335", "0 0 35 0 0 0 0 0", "6m", value=275,
+         # stalled for one minute so far (the restarted fetch may still clear it)
+         extra_quiet=[({**COLLECTOR, "partition": "1"}, "0 0 0 0 0 35 95 155")]),
+    Case("GpuwatchGpuUuidConflict", "gpuwatch_collector_gpu_uuid_conflicts_total", COLLECTOR, "0 0 0 1x10", "2x12",
+         "5m", value=1),
+    Case("GpuwatchKeyframeRequestsFailing", "gpuwatch_collector_keyframe_request_errors_total", COLLECTOR,
+         "0 0 0 12x10", "3x12", "5m", value=12),
+    Case("GpuwatchCollectorRetryingDatabase", "gpuwatch_collector_db_retries_total", COLLECTOR, "0 0 0+6x20",
+         "0 0 8 8 8 8 8 8 8 8 8 8 8 8 8 8 8 8 8 8 8 8", "12m", value=30,
+         # retrying for the last four minutes only (a database restart): not yet five
+         extra_quiet=[({**COLLECTOR, "instance": "10.0.1.4:8080"}, "0x7 3 6 9 9x11")]),
     Case("GpuwatchDatabaseUnreachable", "gpuwatch_collector_db_up", COLLECTOR, "1 0x10", "1x12", "4m", value=0),
 ]
 
@@ -114,16 +146,17 @@ def test_each_alert_fires_on_its_input_and_stays_quiet_otherwise(
         quiet_labels = {**case.labels, "UUID": "GPU-quiet"} if "UUID" in case.labels else {
             **case.labels, "instance": "10.9.9.9:1"}
         quiet = [(quiet_labels, case.quiet), *case.extra_quiet]
+        context = [{"series": _series(metric, lab), "values": v} for metric, lab, v in case.context]
         tests.append({  # the firing input next to the quiet ones: exactly one alert
             "interval": "1m",
-            "input_series": [{"series": _series(case.metric, case.labels), "values": case.firing}]
+            "input_series": [{"series": _series(case.metric, case.labels), "values": case.firing}] + context
             + ([] if case.alert_labels else [{"series": _series(case.metric, lab), "values": v} for lab, v in quiet]),
             "alert_rule_test": [{"eval_time": case.eval_time, "alertname": case.alert,
                                  "exp_alerts": [{"exp_labels": fired, "exp_annotations": annotations}]}],
         })
         tests.append({  # only the quiet inputs: no alert
             "interval": "1m",
-            "input_series": [{"series": _series(case.metric, lab), "values": v} for lab, v in quiet],
+            "input_series": [{"series": _series(case.metric, lab), "values": v} for lab, v in quiet] + context,
             "alert_rule_test": [{"eval_time": case.eval_time, "alertname": case.alert, "exp_alerts": []}],
         })
     test_file = tmp_path / "rules_test.yaml"

@@ -210,6 +210,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.collector.autoscaling.enabled (gt (int .Values.collector.autoscaling.minReplicas) (int .Values.collector.autoscaling.maxReplicas)) -}}
 {{- fail (printf "collector.autoscaling.minReplicas (%v) must not exceed maxReplicas (%v)" .Values.collector.autoscaling.minReplicas .Values.collector.autoscaling.maxReplicas) -}}
 {{- end -}}
+{{- if and .Values.collector.enabled (gt (int64 .Values.collector.kafka.maxPartitionFetchBytes) (int64 .Values.collector.kafka.fetchMaxBytes)) -}}
+{{- fail (printf "collector.kafka.maxPartitionFetchBytes (%v) must not exceed collector.kafka.fetchMaxBytes (%v)" (int64 .Values.collector.kafka.maxPartitionFetchBytes) (int64 .Values.collector.kafka.fetchMaxBytes)) -}}
+{{- end -}}
 {{- if and .Values.agent.sampling (lt (float64 .Values.agent.sampling.intervalCeiling) (float64 .Values.agent.sampling.intervalFloor)) -}}
 {{- fail (printf "agent.sampling.intervalCeiling (%v) must be >= intervalFloor (%v)" .Values.agent.sampling.intervalCeiling .Values.agent.sampling.intervalFloor) -}}
 {{- end -}}
