@@ -4,6 +4,7 @@ Run on the GPU machine from the repository root (the package installed from the 
 tree, PyTorch present), in one command::
 
     OUT=/tmp/out python3 benchmarks/gpu/record_labelled.py
+    OUT=/tmp/out GPUWATCH_WORKLOAD_VARIANT=b python3 benchmarks/gpu/record_labelled.py   # held out
 
 It starts ``gpuwatch export`` (the agent, sampling every GPU at its adaptive intervals) and
 waits for its first records, runs benchmarks/gpu/workload_labelled.py (about 8 minutes),
@@ -33,7 +34,9 @@ from benchmarks.incidents.labelled import evaluate  # noqa: E402
 def main() -> int:
     out = Path(os.environ.get("OUT", "/tmp/gpuwatch-labelled"))
     out.mkdir(parents=True, exist_ok=True)
-    trace, labels = out / "h200-labelled.jsonl", out / "h200-labelled.labels.json"
+    variant = os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")
+    name = "h200-labelled" if variant == "a" else f"h200-labelled-{variant}"
+    trace, labels = out / f"{name}.jsonl", out / f"{name}.labels.json"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", "PYTHONUNBUFFERED": "1"}
     nice = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
     with open(out / "export.log", "w") as elog, open(out / "workload.log", "w") as wlog:
@@ -55,7 +58,7 @@ def main() -> int:
     if done.returncode != 0 or not labels.exists():
         return 1
     result = evaluate(trace, labels)
-    (out / "h200-labelled-score.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / f"{name}-score.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"{result['records']} records; {result['found']} of {len(result['incidents'])} incidents found; "
           f"{len(result['false'])} anomalies on normal phases")
     for i in result["incidents"]:

@@ -26,6 +26,7 @@ agent's samples. A process's first seconds (CUDA start-up, calibration) are labe
 ``startup`` (normal).
 
     python benchmarks/gpu/workload_labelled.py LABELS.json          # the whole run
+    GPUWATCH_WORKLOAD_VARIANT=b python benchmarks/gpu/workload_labelled.py L.json   # the held-out run
     python benchmarks/gpu/workload_labelled.py --job train MARKS     # one job (used by the run)
     GPUWATCH_WORKLOAD_SCALE=0.05 python benchmarks/gpu/workload_labelled.py L.json   # a 30 s dry run
 """
@@ -45,10 +46,27 @@ from typing import Any
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
           "launch": "launch_bound"}
-# (phase, seconds) per job, in order
-TRAIN = (("train", 60.0), ("eval", 6.0), ("train", 12.0), ("stall", 70.0), ("train", 5.0), ("checkpoint", 6.0),
-         ("train", 9.0), ("contention", 70.0), ("train", 10.0), ("leak", 50.0))
-TOOLS = (("serve", 30.0), ("copy", 8.0), ("membound", 8.0), ("launch", 110.0))
+# Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
+# held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
+# step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
+# slower serving wave, launch-bound with more kernels between syncs, and a normal phase the
+# first run lacked (the batch grows by half: more work per step, a level change, no fault).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "a": {"train": (("train", 60.0), ("eval", 6.0), ("train", 12.0), ("stall", 70.0), ("train", 5.0),
+                    ("checkpoint", 6.0), ("train", 9.0), ("contention", 70.0), ("train", 10.0), ("leak", 50.0)),
+          "tools": (("serve", 30.0), ("copy", 8.0), ("membound", 8.0), ("launch", 110.0)),
+          "gpu_s": 0.08, "cpu_s": 0.08, "stall_steps": 3.0, "burners_per_core": 4, "leak_every_s": 2.0,
+          "leak_gib": 1, "serve_period_s": 12.0, "launch_batch": 1000},
+    "b": {"train": (("train", 60.0), ("checkpoint", 8.0), ("train", 20.0), ("contention", 55.0), ("train", 20.0),
+                    ("bigbatch", 40.0), ("eval", 10.0), ("train", 15.0), ("stall", 55.0), ("train", 20.0),
+                    ("leak", 40.0)),
+          "tools": (("launch", 70.0), ("membound", 10.0), ("serve", 40.0), ("copy", 10.0)),
+          "gpu_s": 0.12, "cpu_s": 0.05, "stall_steps": 2.0, "burners_per_core": 3, "leak_every_s": 3.0,
+          "leak_gib": 1, "serve_period_s": 20.0, "launch_batch": 4000},
+}
+V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
+TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
+TOOLS: tuple[tuple[str, float], ...] = V["tools"]
 GIB = 1024**3
 
 
@@ -92,9 +110,8 @@ def _train(marks: Path) -> None:
     for _ in range(3):
         gpu_work(torch.zeros(1, device=dev), 4)
     gpu_s = (time.perf_counter() - t0) / 3 / 4
-    target = 0.08  # seconds of GPU work per step, and as many of CPU work
-    matmuls = max(1, round(target / gpu_s))
-    prep_rounds = max(1, round(target / max(cpu_s, 1e-4)))
+    matmuls = max(1, round(V["gpu_s"] / gpu_s))  # seconds of GPU work per step
+    prep_rounds = max(1, round(V["cpu_s"] / max(cpu_s, 1e-4)))  # and of CPU work
     t0 = time.perf_counter()
     gpu_work(prepare(), matmuls)
     step_s = time.perf_counter() - t0
@@ -105,7 +122,8 @@ def _train(marks: Path) -> None:
         end = time.time() + seconds * SCALE
         if phase == "contention":
             spin = f"import time\nend = {end}\nwhile time.time() < end:\n    pass\n"
-            burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(4 * (os.cpu_count() or 1))]
+            burners = [subprocess.Popen([sys.executable, "-c", spin])
+                       for _ in range(V["burners_per_core"] * (os.cpu_count() or 1))]
         grow_at = time.time()
         while time.time() < end:
             if phase == "eval":
@@ -114,13 +132,15 @@ def _train(marks: Path) -> None:
             elif phase == "checkpoint":  # weights and state to host memory
                 w.detach().cpu()
                 ballast[: 4 * GIB].cpu()
-            elif phase == "stall":  # waiting on input: one step, then three steps' time for the next batch
+            elif phase == "stall":  # waiting on input: one step, then some steps' time for the next batch
                 gpu_work(prepare(), matmuls)
-                time.sleep(3 * step_s)
+                time.sleep(V["stall_steps"] * step_s)
+            elif phase == "bigbatch":  # the batch grows by half: more work per step (normal)
+                gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             else:
                 if phase == "leak" and time.time() >= grow_at:
-                    kept.append(torch.ones(GIB, dtype=torch.uint8, device=dev))
-                    grow_at += 2.0
+                    kept.append(torch.ones(V["leak_gib"] * GIB, dtype=torch.uint8, device=dev))
+                    grow_at += V["leak_every_s"]
                 gpu_work(prepare(), matmuls)
         for b in burners:
             b.wait()
@@ -147,7 +167,7 @@ def _tools(marks: Path) -> None:
         while time.time() < end:
             if phase == "serve":  # requests at a varying rate: busy for rate x 90 ms of every 100 ms
                 t = time.time() - begin
-                rate = 0.45 + 0.35 * math.sin(2 * math.pi * t / 12.0) + (0.3 if 18 <= t < 22 else 0.0)
+                rate = 0.45 + 0.35 * math.sin(2 * math.pi * t / V["serve_period_s"]) + (0.3 if 18 <= t < 22 else 0.0)
                 busy = time.time() + 0.09 * max(0.05, min(1.0, rate))
                 while time.time() < busy:
                     torch.tanh(q @ w)
@@ -160,7 +180,7 @@ def _tools(marks: Path) -> None:
                 big.mul_(1.0001)
                 torch.cuda.synchronize()
             else:  # launch-bound: one tiny kernel after another
-                for _ in range(1000):
+                for _ in range(V["launch_batch"]):
                     tiny.add_(1.0)
                 torch.cuda.synchronize()
         if phase == "membound":
