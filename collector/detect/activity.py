@@ -104,6 +104,9 @@ def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool
         return False
     ref = lv.step_anchor()[0]
     new = lv.cusum_sum / lv.cusum_n
+    end, iqr = lv.step_line()
+    if end > ref and iqr <= 0.25 * (end - new):
+        ref = end  # on a smooth rising wave: it fell from where the wave had taken it
     fall = ref - new
     if new < cfg.step_ratio * ref and fall >= 0.1 and lv.high_within(ts, ts - since + _STEP_S) >= ref - 0.5 * fall:
         # a new level 35% lower, and still up half a minute before it: judged from when it fell

@@ -83,10 +83,22 @@ def _median(values: list[float]) -> float:
     return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
 
 
+def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
+    """A least-squares line through the points, read at ``at``, and its residuals' IQR."""
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    res = sorted(y - a - b * x for x, y in pts)
+    return max(0.0, a + b * at), res[(3 * n) // 4] - res[n // 4]
+
+
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
+    __slots__ = ("_anchor", "_anchor_ts", "_line", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
                  "cusum_n", "cusum_since", "cusum_sum", "dips", "jitter", "last", "rebase_ts", "slow", "zero_since",
                  "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_run",
                  "ep_run_dip", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "level", "noise", "noises",
@@ -124,6 +136,7 @@ class ActivityLevel:
         self.steady: bool | None = None
         self.tight = False  # EARLY_S or more on a tight plateau since it first reached it (a hint, no verdict)
         self._anchor: tuple[float, float] | None = None  # computed when asked (step_anchor)
+        self._line = (0.0, math.inf)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
         self.dips: deque[tuple[float, float, float]] = deque(maxlen=8)  # (start, depth: SM / reference, seconds)
@@ -273,22 +286,32 @@ class ActivityLevel:
             fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max)
 
     def step_anchor(self) -> tuple[float, float]:
-        """Where the workload sat just before the last 20 s, ``(level, sigma)``: the lower quartile
-        of the block means of 20-150 s ago (a burst of demand, up to three quarters of that time,
-        is not the level it works at; on a falling wave the quartile is the recent end, so a
-        wave is not a step), and the blocks' scatter from one to the next (sigma from the median
-        change between neighbours: a burst's two edges and a wave's slope move it little).
-        ``(0, inf)`` with fewer than 6 blocks."""
+        """Where the workload sat before the last 20 s, ``(level, sigma)``, from the block means of
+        20-150 s ago: their lower quartile (a burst of demand, up to three quarters of that
+        time, is not the level it works at; on a falling wave the quartile is the recent end,
+        so a wave is not a step); and the blocks' scatter from one to the next (sigma from the
+        median change between neighbours: a burst's two edges and a wave's slope move it
+        little). ``(0, inf)`` with fewer than 6 blocks. :meth:`step_line` adds the line a
+        smoothly rising or falling load is on."""
         if self._anchor is None:
             ts = self._anchor_ts
-            means = [m for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= self.rebase_ts]
-            if len(means) < 6:
-                self._anchor = (0.0, math.inf)
+            pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM
+                   and end >= self.rebase_ts]
+            if len(pts) < 6:
+                self._anchor, self._line = (0.0, math.inf), (0.0, math.inf)
             else:
+                means = [m for _, m in pts]
                 steps = [abs(b - a) for a, b in itertools.pairwise(means)]
+                self._line = _line(pts, -ANCHOR_TO)
                 means.sort()
                 self._anchor = (means[len(means) // 4], _median(steps) / 0.954)
         return self._anchor
+
+    def step_line(self) -> tuple[float, float]:
+        """The least-squares line through the same blocks, read at its end, and its residuals'
+        interquartile range: where a load on a smooth wave was, if it was on one."""
+        self.step_anchor()
+        return self._line
 
     def rebase(self) -> None:
         """The step being judged was explained (demand moved): where the workload sits after it is
