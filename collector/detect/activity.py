@@ -126,14 +126,15 @@ def _fell(p: GpuState, ratio: float) -> bool:
 
 
 def _rose_with(p: GpuState, since: float) -> float:
-    """How far a peer rose at about the moment ``since``: its activity now above both where its
-    line put it and where it was in the half minute before ``since`` (a burst of demand that
-    was already under way is not traffic moving to it now)."""
+    """How far a peer rose at about the moment ``since``, beyond its noise: its slow mean now
+    above both where it sat and where it was in the half minute before ``since`` (a burst of
+    demand already under way is not traffic moving to it now), less three times the noise of
+    that mean (request noise on a replica sampled every few seconds is not a rise)."""
     lv = p.level
     anchor = lv.step_anchor()[0]
     if anchor <= 0:
         return 0.0
-    return lv.slow - max(anchor, lv.mean_between(since - _STEP_S, since - 5.0))
+    return lv.slow - max(anchor, lv.mean_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
 
 
 def _moved_with(p: GpuState, since: float, ts: float) -> bool:
