@@ -59,6 +59,8 @@ BURSTY = 0.2  # samples of a fall that vary this much about their mean (or 2.5x 
 _CHANGE_WINDOW_S = 180.0
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
+_MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a burst of demand passes)
+WAIT = "wait"
 _ABRUPT_S = 20.0  # a fall that left the plateau less than this long ago came at once (not a drift)
 
 
@@ -104,13 +106,14 @@ def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool
         return False
     ref = lv.step_anchor()[0]
     new = lv.cusum_sum / lv.cusum_n
-    end, iqr = lv.step_line()
-    if end > ref and iqr <= 0.25 * (end - new):
+    end, rough = lv.step_line()
+    if end > ref and rough <= 0.25 * (end - new):
         ref = end  # on a smooth rising wave: it fell from where the wave had taken it
     fall = ref - new
     if new < cfg.step_ratio * ref and fall >= 0.1 and lv.high_within(ts, ts - since + _STEP_S) >= ref - 0.5 * fall:
         # a new level 35% lower, and still up half a minute before it: judged from when it fell
         lv.start_episode(since, ref, mode, True)
+        lv.ep_sum, lv.ep_n = lv.cusum_sum, lv.cusum_n
         return True
     return False
 
@@ -127,14 +130,14 @@ def _fell(p: GpuState, ratio: float) -> bool:
 
 def _rose_with(p: GpuState, since: float) -> float:
     """How far a peer rose at about the moment ``since``, beyond its noise: its slow mean now
-    above both where it sat and where it was in the half minute before ``since`` (a burst of
-    demand already under way is not traffic moving to it now), less three times the noise of
-    that mean (request noise on a replica sampled every few seconds is not a rise)."""
+    above both where it sat and the lowest it was in the half minute before ``since`` (a burst
+    of demand under way all that time is not traffic moving to it now), less three times the
+    noise of that mean (request noise on a replica sampled every few seconds is not a rise)."""
     lv = p.level
     anchor = lv.step_anchor()[0]
     if anchor <= 0:
         return 0.0
-    return lv.slow - max(anchor, lv.mean_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
+    return lv.slow - max(anchor, lv.low_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
 
 
 def _moved_with(p: GpuState, since: float, ts: float) -> bool:
@@ -157,25 +160,32 @@ def _moved_with(p: GpuState, since: float, ts: float) -> bool:
 
 def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Sequence[GpuState],
                      svc_changed: float) -> str | None:
-    """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing does)."""
+    """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing
+    does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``)."""
     lv = st.level
     if lv.fast < 2 * IDLE:
         return "its activity went to near zero: drained or no longer routed to, not slower"
-    if not svc_peers or ts - lv.ep_start > CUSUM_WINDOW:
-        return None  # the peers are judged about the step itself, not by what they do minutes later
-    fell = sum(1 for p in svc_peers if _fell(p, cfg.step_ratio))
-    if fell >= max(1, len(svc_peers) // 2):
-        return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"
-    lost = lv.ep_ref - lv.fast
-    if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
-        moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts)), None)
-        if moved is not None:
-            return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
-                    f"(the load was shared out anew: autoscaling or a rollout)")
+    if not svc_peers:
+        return None
+    since = ts - lv.ep_start
+    lost = lv.ep_ref * (1.0 - min(lv.fast / lv.ep_ref, lv.episode_depth()))  # the new level, not the way down
+    if since <= CUSUM_WINDOW:  # the peers are judged about the step itself, not by what they do minutes later
+        fell = sum(1 for p in svc_peers if _fell(p, cfg.step_ratio))
+        if fell >= max(1, len(svc_peers) // 2):
+            return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"
+        if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
+            moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts)), None)
+            if moved is not None:
+                return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
+                        f"(the load was shared out anew: autoscaling or a rollout)")
+    elif since > _MOVED_S + 10.0:
+        return None
     rose = next((p for p in svc_peers if _rose_with(p, lv.ep_start) >= 0.75 * lost), None)
-    if rose is not None:
-        return f"{rose.where()} stepped up as much at the same time (traffic moved to it: a canary promoted?)"
-    return None
+    if rose is None:
+        return None
+    if since < _MOVED_S:
+        return WAIT  # a burst of demand on it, or traffic that moved to it: the second one stays
+    return f"{rose.where()} stepped up as much at the same time and stayed up (traffic moved to it: a canary promoted?)"
 
 
 def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
@@ -225,6 +235,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         pod_wide = True
     if lv.ep_mode != "steady":
         why = _demand_explains(st, ts, cfg, svc_peers, svc_changed)
+        if why == WAIT:
+            return _finding(st, ts, cfg, pod_peers, svc_peers, False) if is_open else None
         if why is not None:
             lv.rebase()  # demand, not capacity: its new level is its normal
             return None

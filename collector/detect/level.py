@@ -302,14 +302,17 @@ class ActivityLevel:
             else:
                 means = [m for _, m in pts]
                 steps = [abs(b - a) for a, b in itertools.pairwise(means)]
-                self._line = _line(pts, -ANCHOR_TO)
+                end, iqr = _line(pts, -ANCHOR_TO)
+                self._line = (end, max(iqr, max(steps)))
                 means.sort()
                 self._anchor = (means[len(means) // 4], _median(steps) / 0.954)
         return self._anchor
 
     def step_line(self) -> tuple[float, float]:
-        """The least-squares line through the same blocks, read at its end, and its residuals'
-        interquartile range: where a load on a smooth wave was, if it was on one."""
+        """The least-squares line through the same blocks, read at its end, and how far they are
+        from smooth: the larger of its residuals' interquartile range and the largest change
+        between neighbouring blocks (a burst's edge). Where a load on a smooth wave was, if it
+        was on one."""
         self.step_anchor()
         return self._line
 
@@ -339,6 +342,16 @@ class ActivityLevel:
                 total += mean
                 n += 1
         return total / n if n else -1.0
+
+    def low_between(self, start: float, end: float) -> float:
+        """The lowest block mean of those that ended within ``[start, end]`` (-1 without one)."""
+        low = -1.0
+        for t, mean in reversed(self.recent):
+            if t < start:
+                break
+            if t <= end and (low < 0 or mean < low):
+                low = mean
+        return low
 
     # ---- the fall being judged ----
     def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool) -> None:
