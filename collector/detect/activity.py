@@ -104,7 +104,7 @@ def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool
     if ts - since > CUSUM_WINDOW:
         lv.cusum = 0.0  # it took minutes to add up: a drift, not a step
         return False
-    ref = lv.step_anchor()[0]
+    ref = lv.step_anchor()
     new = lv.cusum_sum / lv.cusum_n
     end, rough = lv.step_line()
     if end > ref and rough <= 0.25 * (end - new):
@@ -124,7 +124,7 @@ def _fell(p: GpuState, ratio: float) -> bool:
     lv = p.level
     if lv.ep_ref:
         return True
-    anchor = lv.step_anchor()[0]
+    anchor = lv.step_anchor()
     return anchor > 0 and lv.slow < ratio * anchor
 
 
@@ -134,7 +134,7 @@ def _rose_with(p: GpuState, since: float) -> float:
     of demand under way all that time is not traffic moving to it now), less three times the
     noise of that mean (request noise on a replica sampled every few seconds is not a rise)."""
     lv = p.level
-    anchor = lv.step_anchor()[0]
+    anchor = lv.step_anchor()
     if anchor <= 0:
         return 0.0
     return lv.slow - max(anchor, lv.low_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128

@@ -194,8 +194,8 @@ class DetectionEngine:
             found.append(st.leak)
         lv = st.level
         if st.sm is not None and st.pids:
-            frozen = bool(lv.ep_ref) or (bool(st.open or st.pending) and (
-                any(k in FREEZE_KINDS for k in st.open) or any(k in FREEZE_KINDS for k in st.pending)))
+            frozen = bool(lv.ep_ref) or (bool(st.open or st.pending) and not (
+                FREEZE_KINDS.isdisjoint(st.open) and FREEZE_KINDS.isdisjoint(st.pending)))
             lv.update(ts, st.sm, m.get(FB_USED), learn=not frozen)
             st.sm_rel = lv.fast / lv.level if lv.established else 1.0
         perf = throttle.thermal(st, cfg) or throttle.power(st, cfg, m.get(POWER), m.get(POWER_LIMIT))

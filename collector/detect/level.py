@@ -98,11 +98,12 @@ def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_ts", "_line", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
-                 "cusum_n", "cusum_since", "cusum_sum", "dips", "jitter", "last", "rebase_ts", "slow", "zero_since",
-                 "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_run",
-                 "ep_run_dip", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "level", "noise", "noises",
-                 "phase_ts", "plateau_blocks", "recent", "recent_max", "since", "sorted", "spread", "steady", "tight")
+    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
+                 "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused",
+                 "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_run", "ep_run_dip", "ep_start", "ep_sum", "ep_up",
+                 "fast", "fast_ts", "fb_level", "jitter", "last", "level", "noise", "noises", "phase_ts",
+                 "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "since", "slow", "sorted",
+                 "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -126,6 +127,7 @@ class ActivityLevel:
         self.blocks: deque[tuple[float, float]] = deque(maxlen=WINDOW_BLOCKS)  # (mean SM, mean FB MiB)
         self.sorted: list[float] = []  # the same means, sorted
         self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT_BLOCKS)  # (end ts, mean SM) of every block
+        self.recent_means: deque[float] = deque(maxlen=RECENT_BLOCKS)  # the same means alone
         self.recent_max = 0.0  # the highest of them
         self.noises: deque[float] = deque(maxlen=16)  # per-sample variation (relative) of recent plateau blocks
         self.noise = 0.0  # their median
@@ -135,8 +137,7 @@ class ActivityLevel:
         self.fb_level = -1.0
         self.steady: bool | None = None
         self.tight = False  # EARLY_S or more on a tight plateau since it first reached it (a hint, no verdict)
-        self._anchor: tuple[float, float] | None = None  # computed when asked (step_anchor)
-        self._line = (0.0, math.inf)
+        self._anchor = -1.0  # computed when asked (step_anchor; -1: not yet)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
         self.dips: deque[tuple[float, float, float]] = deque(maxlen=8)  # (start, depth: SM / reference, seconds)
@@ -167,24 +168,27 @@ class ActivityLevel:
         return self.plateau_blocks * BLOCK_S >= ESTABLISH_S
 
     def update(self, ts: float, sm: float, fb: float | None, learn: bool) -> None:
-        dt = ts - self.fast_ts
+        last_ts = self.fast_ts
+        dt = ts - last_ts
         if sm >= ZERO:
             self.zero_since = -1.0
         elif self.zero_since < 0:
-            self.zero_since = self.fast_ts  # SM activity is a mean over the time since the last sample
+            self.zero_since = last_ts  # SM activity is a mean over the time since the last sample
         self.fast_ts = ts
-        if self.fast < 0:
+        fast = self.fast
+        if fast < 0:
             self.fast = self.slow = sm
         elif dt > 0:
-            self.fast += dt / (FAST_TAU + dt) * (sm - self.fast)
+            self.fast = fast + dt / (FAST_TAU + dt) * (sm - fast)
             self.slow += dt / (SLOW_TAU + dt) * (sm - self.slow)
         self.jitter += (abs(sm - self.last) - self.jitter) * JITTER_ALPHA
         self.last = sm
-        if ts < self.b_start:
+        b_start = self.b_start
+        if ts < b_start:
             return  # warm-up: the process's first seconds are not its level
-        if ts - self.b_start >= BLOCK_S and self.b_n:
+        if self.b_n and ts - b_start >= BLOCK_S:
             self._close(ts, learn)
-        if self.steady is not True and self.plateau_blocks:
+        if self.plateau_blocks and self.steady is not True:
             self._cusum(ts, sm)
         if self.b_n == 0:
             self.b_start = ts
@@ -200,7 +204,7 @@ class ActivityLevel:
         noise, less half the smallest step of interest (``CUSUM_K``): it climbs at once after a
         real step and stays near zero under request noise, bursts and waves; ``cusum_sum`` and
         ``cusum_n`` are the samples since it last left zero (the new level, if it is a step)."""
-        ref = self.step_anchor()[0]
+        ref = self._anchor if self._anchor >= 0 else self.step_anchor()
         if ref <= 0:
             self.cusum = 0.0
             return
@@ -221,16 +225,18 @@ class ActivityLevel:
         fb = self.b_fb / self.b_fb_n if self.b_fb_n else -1.0
         self.b_sum, self.b_sq, self.b_n, self.b_fb, self.b_fb_n = 0.0, 0.0, 0, 0.0, 0
         self.recent.append((ts, mean))
-        self.recent_max = max(m for _, m in self.recent)
+        self.recent_means.append(mean)
+        self.recent_max = max(self.recent_means)
         if self.ep_ref and self.ep_up < 0 and self.b_start >= self.ep_start:
             self._excuse(mean / self.ep_ref, self.b_start, min(ts - self.b_start, 2 * BLOCK_S))
-        self._anchor, self._anchor_ts = None, ts
+        self._anchor, self._anchor_ts = -1.0, ts
         if fb >= 0 and self.fb_level >= 0 and abs(fb - self.fb_level) > max(PHASE_MIB, PHASE_FRACTION * self.fb_level):
             self.reset(ts)  # a different job in the same process: learn it afresh
         if learn and mean >= IDLE:
             if var >= 0 and mean >= PLATEAU * self.level:
-                self.noises.append(math.sqrt(var) / mean)
-                self.noise = _median(list(self.noises))
+                noises = self.noises
+                noises.append(math.sqrt(var) / mean)
+                self.noise = sorted(noises)[len(noises) // 2]
             blocks = self.blocks
             if len(blocks) == WINDOW_BLOCKS:
                 old = blocks[0][0]
@@ -285,42 +291,44 @@ class ActivityLevel:
         return self.established and fast > 0.0 and (
             fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max)
 
-    def step_anchor(self) -> tuple[float, float]:
-        """Where the workload sat before the last 20 s, ``(level, sigma)``, from the block means of
-        20-150 s ago: their lower quartile (a burst of demand, up to three quarters of that
-        time, is not the level it works at; on a falling wave the quartile is the recent end,
-        so a wave is not a step); and the blocks' scatter from one to the next (sigma from the
-        median change between neighbours: a burst's two edges and a wave's slope move it
-        little). ``(0, inf)`` with fewer than 6 blocks. :meth:`step_line` adds the line a
-        smoothly rising or falling load is on."""
-        if self._anchor is None:
-            ts = self._anchor_ts
-            pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM
-                   and end >= self.rebase_ts]
-            if len(pts) < 6:
-                self._anchor, self._line = (0.0, math.inf), (0.0, math.inf)
+    def step_anchor(self) -> float:
+        """Where the workload sat before the last 20 s: the lower quartile of the block means of
+        20-150 s ago (a burst of demand, up to three quarters of that time, is not the level it
+        works at; on a falling wave the quartile is the recent end, so a wave is not a step);
+        0 with fewer than 6 blocks. :meth:`step_line` adds the line a smoothly rising or
+        falling load is on."""
+        anchor = self._anchor
+        if anchor < 0:
+            means = self._window()
+            if len(means) < 6:
+                anchor = 0.0
             else:
-                means = [m for _, m in pts]
-                steps = [abs(b - a) for a, b in itertools.pairwise(means)]
-                end, iqr = _line(pts, -ANCHOR_TO)
-                self._line = (end, max(iqr, max(steps)))
                 means.sort()
-                self._anchor = (means[len(means) // 4], _median(steps) / 0.954)
-        return self._anchor
+                anchor = means[len(means) // 4]
+            self._anchor = anchor
+        return anchor
+
+    def _window(self) -> list[float]:
+        ts, since = self._anchor_ts, self.rebase_ts
+        return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since]
 
     def step_line(self) -> tuple[float, float]:
         """The least-squares line through the same blocks, read at its end, and how far they are
         from smooth: the larger of its residuals' interquartile range and the largest change
         between neighbouring blocks (a burst's edge). Where a load on a smooth wave was, if it
-        was on one."""
-        self.step_anchor()
-        return self._line
+        was on one. ``(0, inf)`` with fewer than 6 blocks."""
+        ts, since = self._anchor_ts, self.rebase_ts
+        pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since]
+        if len(pts) < 6:
+            return 0.0, math.inf
+        end, iqr = _line(pts, -ANCHOR_TO)
+        return end, max(iqr, max(abs(b[1] - a[1]) for a, b in itertools.pairwise(pts)))
 
     def rebase(self) -> None:
         """The step being judged was explained (demand moved): where the workload sits after it is
         its new normal, so no step is judged from where it was before."""
         self.rebase_ts = self.ep_start + BLOCK_S
-        self._anchor = None
+        self._anchor = -1.0
         self.end_episode()
 
     def high_within(self, ts: float, seconds: float) -> float:
