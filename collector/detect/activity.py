@@ -5,27 +5,41 @@ is told from behaviour):
 
 * A **steady** workload (training, batch) does the same work all the time, so a fall
   well below its working level with the same process alive is lost throughput, whether
-  it comes as a step or as a drift over minutes, and whether one GPU or the whole job
-  fell (a job-wide fall is input, CPU or a dependency). It must outlast a dip: 60 s for
-  one GPU, 150 s when every GPU of a multi-GPU pod fell together (evaluation and
-  checkpoints pause the whole job at once), and longer still when the job has already
-  recovered from dips this deep and the fall comes on the job's rhythm (level.py).
+  it comes as a step or as a drift over minutes, whether one GPU or the whole job fell
+  (a job-wide fall is input, CPU or a dependency), and however deep it goes while the
+  GPU still gets work: an input-starved job reads an SM activity of a few percent, not
+  zero (the real H200 stall read 0.03 against 0.18, the CPU-starved one 0.01). How long
+  it must last depends on what it looks like. A fall to below ``DEEP`` of the level, or
+  one whose samples come in bursts (``BURSTY``: a step runs whenever a batch arrives,
+  then the GPU waits) is a job waiting for work: 60 s. A smooth fall to a new, lower
+  plateau is what an evaluation or validation pass looks like (forward passes, less
+  work per second): it must outlast ``smooth_hold_s`` (2 minutes) unless it is deep or
+  bursty. When every GPU of a multi-GPU pod fell together (evaluation and checkpoints
+  pause the whole job at once): 150 s. Longer still when the job has already recovered
+  from dips this deep and the fall comes on the job's rhythm (level.py).
+* What a fall of a steady job is *not*: an idle GPU (no kernel at all: no SM activity for
+  10 s with the process alive is the idle detector's case, after its own wait: a job that
+  finished but holds the GPU); a launch-bound phase (utilisation far above SM
+  activity: the launch-bound detector's case, which names the remedy); a copy (PCIe
+  traffic above ``COPYING``: a checkpoint or weights moving; the fall is judged from when
+  the copy ends).
 * A **demand-driven** workload (serving) moves with its traffic, which differs between
   replicas (sticky sessions, cache-aware routing, regions) and over the day, so lower
   activity than before or than its peers is not by itself a fault. It is evidence of
-  lost capacity only as a *step*: a minute and more on a line (not just after a burst of
-  demand began), then a fall of 35% from it within half a minute that stays; and only
-  when nothing explains it as demand: its activity did not go to near zero (a drained
-  replica), the service's replicas did not change just then (an autoscaler or a rollout
-  moves load), the other replicas did not step down with it (traffic moved away from all
-  of them), and no other replica stepped up by as much at that moment (traffic moved to
-  it). Like a steady job's, it must outlast the dips this replica already recovered
-  from. Demand signals (request rates, queue depths), once they exist, are one more
-  explanation of the same kind, or their absence one more piece of evidence:
-  ``_demand_explains`` is where they plug in.
+  lost capacity only as a *step*: a fall of 35% within half a minute from where it sat in
+  the two minutes before (the lower quartile of its 5-second blocks: a burst of demand
+  ending is not a step), four times as large as the blocks' scatter, to a new level that
+  holds (a replica still falling is draining: it must settle before it counts); and only
+  when nothing explains it as demand: its activity did not go to near
+  zero (a drained replica), the other replicas did not step down with it (traffic moved
+  away from all of them), no other replica stepped up as much at the same moment
+  (traffic moved to it), and when replicas were added just before, no other replica
+  fell with it (the load was shared out anew). Like a steady job's, it must outlast the
+  dips this replica already recovered from. Demand signals (request rates, queue
+  depths), once they exist, are one more explanation of the same kind, or their absence
+  one more piece of evidence: ``_demand_explains`` is where they plug in.
 
-Inside a multi-GPU pod one GPU behind the others is a straggler. An activity near zero
-is idleness, the idle detector's case (after its own, longer wait).
+Inside a multi-GPU pod one GPU behind the others is a straggler.
 """
 
 from __future__ import annotations
@@ -33,14 +47,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.level import IDLE, ActivityLevel
+from collector.detect.launch import COPYING
+from collector.detect.level import CUSUM_H, CUSUM_WINDOW, IDLE, PLATEAU, ZERO, ActivityLevel
 from collector.detect.state import SM_ACTIVE, GpuState
 
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
 BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
+DEEP = 0.3  # a fall below this fraction of the level: the GPU mostly waits
+BURSTY = 0.2  # samples of a fall that vary this much about their mean (or 2.5x the plateau's): bursts
 _CHANGE_WINDOW_S = 180.0
-_STEP_S = 30.0  # a step falls within this long
+_SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
+_STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
+_MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a burst of demand passes)
+WAIT = "wait"
+_ABRUPT_S = 20.0  # a fall that left the plateau less than this long ago came at once (not a drift)
 
 
 def _median(values: list[float]) -> float:
@@ -57,8 +78,8 @@ def _pids(st: GpuState) -> str:
 
 def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
     """``steady`` or ``step`` once behaviour says which (10 minutes of it). Before, a GPU with
-    no other replicas in its service that has held a tight plateau for a minute is taken for
-    a steady job (a lone training process on a bare host: a fall is reported within 90 s);
+    no other replicas in its service that has held a tight plateau for 40 s is taken for a
+    steady job (a lone training process on a bare host: a fall is reported within 90 s);
     any other is judged by the stricter of both rules (``unsure``: only a step counts, and
     it must last as long as a steady job's fall)."""
     if lv.steady is not None:
@@ -68,68 +89,127 @@ def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
 
 def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool:
     fast = lv.fast
-    if not lv.established or fast < IDLE:
+    if not lv.established or fast < ZERO:
         return False
     if mode == "steady":
         ref = lv.level
-        if fast < cfg.drop_ratio * ref and ref - fast >= max(0.1, 4.0 * lv.spread) \
+        if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread \
                 and lv.high_within(ts, _STEP_S) >= cfg.drop_ratio * ref:  # falling to here, not rising from idle
-            lv.start_episode(ts, ref, "steady")
+            lv.start_episode(ts, ref, "steady", lv.high_within(ts, _ABRUPT_S) >= PLATEAU * ref)
             return True
         return False
-    ref, iqr, rise = lv.step_anchor()
-    fall = ref - fast
-    if ref > 0 and fast < cfg.step_ratio * ref and fall >= 0.1 and iqr <= 0.25 * fall \
-            and rise < 0.5 * fall and lv.high_within(ts, _STEP_S) >= ref - 0.5 * fall:
-        # on a line for two minutes, not just after a burst began, and still up half a minute ago
-        lv.start_episode(ts, ref, mode)
+    if lv.cusum < CUSUM_H or not lv.cusum_n:
+        return False
+    since = lv.cusum_since
+    if ts - since > CUSUM_WINDOW:
+        lv.cusum = 0.0  # it took minutes to add up: a drift, not a step
+        return False
+    ref = lv.step_anchor()
+    new = lv.cusum_sum / lv.cusum_n
+    end, rough = lv.step_line()
+    if end > ref and rough <= 0.25 * (end - new):
+        ref = end  # on a smooth rising wave: it fell from where the wave had taken it
+    fall = ref - new
+    if new < cfg.step_ratio * ref and fall >= 0.1 and lv.high_within(ts, ts - since + _STEP_S) >= ref - 0.5 * fall:
+        # a new level 35% lower, and still up half a minute before it: judged from when it fell
+        lv.start_episode(since, ref, mode, True)
+        lv.ep_sum, lv.ep_n = lv.cusum_sum, lv.cusum_n
         return True
     return False
 
 
 def _fell(p: GpuState, ratio: float) -> bool:
-    """Whether a peer is in a fall of its own, or just stepped below ``ratio`` of where it was."""
+    """Whether a peer is in a fall of its own, or just stepped below ``ratio`` of where it was
+    (its slow mean: one sample of request noise is not a fall)."""
     lv = p.level
     if lv.ep_ref:
         return True
-    anchor = lv.step_anchor()[0]
-    return anchor > 0 and lv.fast < ratio * anchor
+    anchor = lv.step_anchor()
+    return anchor > 0 and lv.slow < ratio * anchor
 
 
-def _rose(p: GpuState) -> float:
-    """How far a peer now sits above where it just was (0 without an anchor)."""
-    anchor = p.level.step_anchor()[0]
-    return p.level.fast - anchor if anchor > 0 else 0.0
+def _rose_with(p: GpuState, since: float) -> float:
+    """How far a peer rose at about the moment ``since``, beyond its noise: its slow mean now
+    above both where it sat and the lowest it was in the half minute before ``since`` (a burst
+    of demand under way all that time is not traffic moving to it now), less three times the
+    noise of that mean (request noise on a replica sampled every few seconds is not a rise)."""
+    lv = p.level
+    anchor = lv.step_anchor()
+    if anchor <= 0:
+        return 0.0
+    return lv.slow - max(anchor, lv.low_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
 
 
-def _demand_explains(st: GpuState, cfg: DetectorConfig, svc_peers: Sequence[GpuState]) -> str | None:
-    """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing does)."""
+def _moved_with(p: GpuState, since: float, ts: float) -> bool:
+    """Whether a peer's activity changed at about the moment ``since``, beyond its noise: a
+    replica that joined just before beginning to serve (its activity rising from its
+    loading), or one that lost a share of the load with this one (falling)."""
+    lv = p.level
+    before = lv.mean_between(since - _STEP_S, since - 5.0)
+    if before < 0:
+        return p.pids_since <= since + 5.0  # it was starting up: a join at this very moment
+    after = lv.mean_between(since, ts)
+    if after < 0:
+        return False
+    noise = max(0.01, lv.jitter / 1.128 / 2.0)  # a 5-second block's scatter, from the samples'
+    change = after - before
+    if -change >= max(0.15 * before, 3.0 * noise):
+        return True
+    return p.pids_since >= since - _CHANGE_WINDOW_S and change >= max(0.02, 3.0 * noise)
+
+
+def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Sequence[GpuState],
+                     svc_changed: float) -> str | None:
+    """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing
+    does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``)."""
     lv = st.level
     if lv.fast < 2 * IDLE:
         return "its activity went to near zero: drained or no longer routed to, not slower"
-    if svc_peers:
+    if not svc_peers:
+        return None
+    since = ts - lv.ep_start
+    lost = lv.ep_ref * (1.0 - min(lv.fast / lv.ep_ref, lv.episode_depth()))  # the new level, not the way down
+    if since <= CUSUM_WINDOW:  # the peers are judged about the step itself, not by what they do minutes later
         fell = sum(1 for p in svc_peers if _fell(p, cfg.step_ratio))
         if fell >= max(1, len(svc_peers) // 2):
             return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"
-        lost = lv.ep_ref - lv.fast
-        rose = next((p for p in svc_peers if _rose(p) >= 0.5 * lost), None)
-        if rose is not None:
-            return f"{rose.where()} stepped up as much at the same time (traffic moved to it: a canary promoted?)"
+        if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
+            moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts)), None)
+            if moved is not None:
+                return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
+                        f"(the load was shared out anew: autoscaling or a rollout)")
+    elif since > _MOVED_S + 10.0:
+        return None
+    rose = next((p for p in svc_peers if _rose_with(p, lv.ep_start) >= 0.75 * lost), None)
+    if rose is None:
+        return None
+    if since < _MOVED_S:
+        return WAIT  # a burst of demand on it, or traffic that moved to it: the second one stays
+    return f"{rose.where()} stepped up as much at the same time and stayed up (traffic moved to it: a canary promoted?)"
+
+
+def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
+    """What makes a low SM activity something other than a slower job, now (None: nothing)."""
+    if st.level.idle(st.last_ts):
+        return "idle"  # no kernel at all: the idle detector's case
+    if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow:
+        return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
+    if st.pcie >= COPYING:
+        return "copy"  # a checkpoint or weights moving over PCIe
     return None
 
 
 def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],
                svc_peers: Sequence[GpuState], svc_changed: float) -> Finding | None:
+    """A finding once a fall has lasted its hold (the detector times its own falls: a burst of a
+    bursty stall above the end ratio neither ends the fall nor restarts its clock)."""
     lv = st.level
-    if st.sm is None or not st.pids:
+    sm = st.sm
+    if sm is None or not st.pids:
         lv.end_episode()
         return None
-    fast = lv.fast
     if lv.ep_ref:
-        if fast < IDLE:
-            lv.end_episode()  # fell to idleness: the idle detector's case
-            return None
-        if fast >= (BAND + (cfg.drop_ratio if lv.ep_mode == "steady" else cfg.step_ratio)) * lv.ep_ref:
+        if lv.recovered(ts, BAND + (cfg.drop_ratio if lv.ep_mode == "steady" else cfg.step_ratio)):
             lv.end_episode(ts, learn_dip=True, dip_max_s=DIP_MAX_S)
             return None
         if ts - lv.ep_start >= cfg.accept_after_s:
@@ -137,26 +217,70 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             return None
     elif not _start(lv, ts, cfg, _mode(lv, svc_peers)):
         return None
-    lv.ep_sum += fast
-    lv.ep_n += 1
-    ref = lv.ep_ref
+    why = _explained(st, cfg)
+    if why == "copy":
+        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt)  # judged from when the copy ends
+        return None
+    if why is not None:
+        lv.end_episode()
+        return None
+    is_open = "throughput_drop" in st.open
+    if lv.ep_up >= 0:
+        return _finding(st, ts, cfg, pod_peers, svc_peers, False) if is_open else None  # coming back
+    lv.add_to_episode(sm)
     pod_wide = False
     if pod_peers:
-        pod_med = _median([p.sm_rel for p in pod_peers])
-        if pod_med >= RECOVERED:
+        if _median([p.sm_rel for p in pod_peers]) >= RECOVERED:
             return None  # only this GPU of the pod fell: the straggler detector's case
         pod_wide = True
-    if svc_peers and svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
-        lv.end_episode()  # the service's replicas changed just before: its load moved (autoscaling, rollout)
-        return None
+    if lv.ep_mode != "steady":
+        why = _demand_explains(st, ts, cfg, svc_peers, svc_changed)
+        if why == WAIT:
+            return _finding(st, ts, cfg, pod_peers, svc_peers, False) if is_open else None
+        if why is not None:
+            lv.rebase()  # demand, not capacity: its new level is its normal
+            return None
+    if is_open:
+        return _finding(st, ts, cfg, pod_peers, svc_peers, False)
     depth = lv.episode_depth()
+    waits = depth <= DEEP or lv.episode_variation() >= max(BURSTY, 2.5 * lv.noise)
+    if lv.ep_mode == "step":
+        hold = cfg.demand_hold_s
+    elif pod_wide:
+        hold = cfg.pod_hold_s
+    else:
+        hold = cfg.steady_hold_s if waits or not lv.ep_abrupt else cfg.smooth_hold_s
+    if lv.unexcused(ts) < hold:
+        return None
+    if lv.ep_mode != "steady" and lv.recent and lv.recent[-1][1] < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0):
+        return None  # still falling (a replica draining): a step settles at its new level
+    return _finding(st, ts, cfg, pod_peers, svc_peers, True, pod_wide, waits)
+
+
+def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],
+             svc_peers: Sequence[GpuState], explain: bool, pod_wide: bool = False, waits: bool = False) -> Finding:
+    """The throughput-drop finding; its causes only when it is about to open (``explain``)."""
+    lv = st.level
+    fast, ref = lv.fast, lv.ep_ref
     fall = (1.0 - fast / ref) * 100
+    steady = lv.ep_mode == "steady"
+    if steady:
+        summary = (f"{st.where()}: throughput fell {fall:.0f}% (SM activity {fast:.2f}, working level {ref:.2f}) "
+                   f"while the same process kept running")
+    else:
+        summary = (f"{st.where()}: throughput stepped down {fall:.0f}% (SM activity {ref:.2f} -> {fast:.2f}) "
+                   f"while the same process kept running and its service's load did not move")
+    if not explain:
+        return Finding("throughput_drop", "warning", SM_ACTIVE, summary)
     causes = [f"{_pids(st)} still running since {ts - st.pids_since:.0f} s"]
-    if lv.ep_mode == "steady":
-        hold = cfg.pod_hold_s if pod_wide else cfg.steady_hold_s
+    if steady:
         causes.insert(0, f"SM activity {fast:.2f} vs working level {ref:.2f} (-{fall:.0f}%)")
-        causes.append(f"a steady workload: on its plateau {lv.plateau_blocks * 10 / 60:.0f} min of the last "
-                      f"{len(lv.blocks) * 10 / 60:.0f} min of work, so a sustained fall is lost throughput")
+        if lv.steady:
+            causes.append(f"a steady workload: on its plateau {lv.plateau_blocks * 5 / 60:.0f} min of the last "
+                          f"{len(lv.blocks) * 5 / 60:.0f} min of work, so a sustained fall is lost throughput")
+        else:
+            causes.append(f"a steady workload: its activity sat on a tight plateau (per-sample variation "
+                          f"{lv.noise * 100:.0f}%) since it reached it, so a sustained fall is lost throughput")
         if pod_wide:
             causes.append(f"all {len(pod_peers) + 1} GPUs of the pod fell together (job-wide: input, CPU or a "
                           f"dependency)")
@@ -164,34 +288,33 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             fell = sum(1 for p in svc_peers if _fell(p, RECOVERED))
             if fell:
                 causes.append(f"{fell} of the service's {len(svc_peers)} other replicas fell too")
-        summary = (f"{st.where()}: throughput fell {fall:.0f}% (SM activity {fast:.2f}, working level {ref:.2f}) "
-                   f"while the same process kept running")
+        if not lv.ep_abrupt:
+            causes.append("it came as a drift over minutes, not at once")
     else:
-        why = _demand_explains(st, cfg, svc_peers)
-        if why is not None:
-            lv.end_episode()  # demand, not capacity: nothing to judge
-            return None
-        hold = cfg.demand_hold_s if lv.ep_mode == "step" else (cfg.pod_hold_s if pod_wide else cfg.steady_hold_s)
         causes.insert(0, f"SM activity stepped from {ref:.2f} to {fast:.2f} (-{fall:.0f}%) within half a minute "
                          f"and stayed there: a step, not a drift")
         causes.append("a demand-driven workload (its activity varies), but no change of replicas, no step on "
                       f"{'its ' + str(len(svc_peers)) + ' peer replicas' if svc_peers else 'other replicas'} "
                       "and no such dip before: capacity lost while work waited")
-        summary = (f"{st.where()}: throughput stepped down {fall:.0f}% (SM activity {ref:.2f} -> {fast:.2f}) "
-                   f"while the same process kept running and its service's load did not move")
-    allowance = lv.dip_allowance(depth)
-    if allowance > hold:
-        hold = allowance
-        causes.append(f"it recovered from dips this deep before, so this one had to outlast {allowance:.0f} s")
+    if waits and not pod_wide:
+        depth = lv.episode_depth()
+        causes.append(f"the GPU waits for work: SM activity at {depth * 100:.0f}% of its level"
+                      + (f", arriving in bursts (samples vary {lv.episode_variation() * 100:.0f}%)"
+                         if depth > DEEP else ""))
+    if lv.ep_excused:
+        causes.append(f"{lv.ep_excused:.0f} s of it looked like dips the job recovered from before (not counted)")
     causes.append("likely input- or CPU-bound: the process is alive but the GPU waits for work")
-    return Finding("throughput_drop", "warning", SM_ACTIVE, summary, causes, hold)
+    return Finding("throughput_drop", "warning", SM_ACTIVE, summary, causes, 0.0)
 
 
 def straggler(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState]) -> Finding | None:
     sm = st.sm
     if sm is None or len(pod_peers) < 2 or not st.pids or ts - st.pids_since < 30.0:
         return None
-    med = _median([p.sm for p in pod_peers if p.sm is not None])
+    now = [p.sm for p in pod_peers if p.sm is not None and abs(ts - p.last_ts) <= _SAME_TIME_S]
+    if len(now) < 2:
+        return None  # the peers' readings are of another moment
+    med = _median(now)
     if med < 0.3 or sm >= cfg.straggler_ratio * med or med - sm < 0.1:
         return None
     causes = [f"SM activity {sm:.2f} vs {med:.2f} median of the pod's other {len(pod_peers)} GPUs"]

@@ -8,7 +8,8 @@ records' ``ts`` (never the wall clock).
 Per record the engine updates the GPU's state, asks each detector whether its condition
 holds, and applies hysteresis: a condition must hold for the detector's ``hold`` seconds
 to open an anomaly (``start`` is that sample's time) and be clear for ``close_after_s``
-(one-off events: ``event_close_after_s``) to close it. Specific explanations win over
+(one-off events: ``event_close_after_s``; a throughput drop, whose detector has its own
+hysteresis: ``drop_close_after_s``) to close it. Specific explanations win over
 generic ones on the same GPU: while a GPU is throttled, its lower SM activity is a
 cause of the throttle anomaly, not a second anomaly; while it is lost, nothing else is
 judged. Baselines are not updated while a performance condition holds, so an incident
@@ -59,6 +60,7 @@ PERF_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "thro
 FREEZE_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
 EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
+_PEER_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ class DetectionEngine:
         st.clock = m.get(SM_CLOCK)
         st.temp = m.get(GPU_TEMP)
         st.reasons = int(m.get(REASONS, 0))
+        st.pcie = m.get(PCIE_TX, 0.0) + m.get(PCIE_RX, 0.0)
         return self._judge(st, ts, m)
 
     def feed_event(self, event: EventRecord) -> list[Change]:
@@ -167,7 +170,9 @@ class DetectionEngine:
         members = groups.get(key)
         if not members or len(members) < 2:
             return []
-        return [p for p in members.values() if p is not st and ts - p.last_ts < 30.0 and p.pids]
+        # peers sampled at about the same time: a partition delivered minutes late replays its GPUs'
+        # past while their peers are already at the present (and the other way round)
+        return [p for p in members.values() if p is not st and -_PEER_S < ts - p.last_ts < _PEER_S and p.pids]
 
     def _judge(self, st: GpuState, ts: float, m: dict[str, float]) -> list[Change]:
         cfg = self.cfg
@@ -189,8 +194,8 @@ class DetectionEngine:
             found.append(st.leak)
         lv = st.level
         if st.sm is not None and st.pids:
-            frozen = bool(lv.ep_ref) or (bool(st.open or st.pending) and (
-                any(k in FREEZE_KINDS for k in st.open) or any(k in FREEZE_KINDS for k in st.pending)))
+            frozen = bool(lv.ep_ref) or (bool(st.open or st.pending) and not (
+                FREEZE_KINDS.isdisjoint(st.open) and FREEZE_KINDS.isdisjoint(st.pending)))
             lv.update(ts, st.sm, m.get(FB_USED), learn=not frozen)
             st.sm_rel = lv.fast / lv.level if lv.established else 1.0
         perf = throttle.thermal(st, cfg) or throttle.power(st, cfg, m.get(POWER), m.get(POWER_LIMIT))
@@ -206,11 +211,7 @@ class DetectionEngine:
         else:
             lv.end_episode()  # a more specific explanation holds
         if perf is None and st.util_slow >= 0:
-            pcie = None
-            tx, rx = m.get(PCIE_TX), m.get(PCIE_RX)
-            if tx is not None or rx is not None:
-                pcie = (tx or 0.0) + (rx or 0.0)
-            perf = launch.launch_bound(st, cfg, m.get(DRAM_ACTIVE), pcie)
+            perf = launch.launch_bound(st, cfg, m.get(DRAM_ACTIVE))
         if perf is None:
             perf = activity.idle_allocated(st, cfg)
         elif perf.kind in ("thermal_throttle", "power_throttle"):
@@ -294,7 +295,8 @@ class DetectionEngine:
         for kind, (anomaly, last_true) in list(st.open.items()):
             if kind in true_kinds:
                 continue
-            wait = self.cfg.event_close_after_s if kind in EVENT_KINDS else self.cfg.close_after_s
+            wait = self.cfg.event_close_after_s if kind in EVENT_KINDS else \
+                self.cfg.drop_close_after_s if kind == "throughput_drop" else self.cfg.close_after_s
             if kind == "gpu_lost" and not complete:
                 continue  # closes only when the GPU reports again
             if ts - last_true >= wait:

@@ -50,7 +50,8 @@ class DetectorConfig:
     idle_sm: float = 0.02
     drop_ratio: float = 0.6  # a steady workload's SM activity below this fraction of its level is a fall
     step_ratio: float = 0.65  # a demand-driven one's below this fraction of where it just was is a step
-    steady_hold_s: float = 60.0  # a steady workload's fall on one GPU must outlast this
+    steady_hold_s: float = 60.0  # a steady workload's fall on one GPU, deep or in bursts, must outlast this
+    smooth_hold_s: float = 120.0  # ... and a smooth fall to a new plateau (an evaluation pass?)
     pod_hold_s: float = 150.0  # ... and a fall shared by every GPU of a multi-GPU pod (evaluation, checkpoint?)
     demand_hold_s: float = 25.0  # a demand-driven workload's unexplained step must stay down this long
     accept_after_s: float = 1800.0  # a fall that lasts this long is the workload's new normal
@@ -68,5 +69,8 @@ class DetectorConfig:
     sbe_window_s: float = 300.0
     sbe_min: int = 10
     close_after_s: float = 30.0  # a condition clear this long closes the anomaly
+    # a throughput drop closes sooner once its activity is back at its level for 10 s (the detector's own
+    # hysteresis): two stalls a few seconds of work apart are two incidents, not one
+    drop_close_after_s: float = 5.0
     event_close_after_s: float = 300.0  # one-off events (XID, DBE) stay open this long after the last
     metrics: tuple[MetricSpec, ...] = DEFAULT_METRICS  # the general-purpose detector's metrics

@@ -23,7 +23,10 @@ from collector.detect.state import GPU_UTIL, GpuState
 
 TAU = 8.0
 DRAM_BUSY = 0.3  # DRAM activity above this: memory-bound, not launch-bound
-PCIE_BUSY = 256 * 2**20  # bytes/s over PCIe (both directions) above this: copy-bound
+# bytes/s over PCIe (both directions) above this: copying (copy-bound, a checkpoint, weights loading).
+# On the H200 a launch-bound loop's doorbells read 180-250 MiB/s, a checkpoint to host memory 1.1-1.6
+# GiB/s, host-to-device copies 59 GiB/s (benchmarks/data/h200-labelled.jsonl).
+COPYING = 512 * 2**20
 
 
 def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:
@@ -38,10 +41,10 @@ def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:
     st.launch_ts = ts
 
 
-def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None, pcie: float | None) -> Finding | None:
+def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None) -> Finding | None:
     if not st.pids or st.util_slow < cfg.launch_util or st.sm_slow * cfg.launch_ratio > st.util_slow:
         return None
-    if (dram is not None and dram >= DRAM_BUSY) or (pcie is not None and pcie >= PCIE_BUSY):
+    if (dram is not None and dram >= DRAM_BUSY) or st.pcie >= COPYING:
         return None
     ratio = st.util_slow / max(st.sm_slow, 1e-4)
     causes = [f"GPU utilisation {st.util_slow * 100:.0f}% (a kernel resident) while SM activity is "

@@ -7,7 +7,7 @@ pass "three spreads below". What a fall is judged against here is the level the
 workload *works* at:
 
 * the first ``WARMUP_S`` seconds of a process are never learned;
-* samples are folded into 10-second blocks; blocks of an idle GPU (below ``IDLE``) are not
+* samples are folded into 5-second blocks; blocks of an idle GPU (below ``IDLE``) are not
   part of a working level, nor are blocks while a fall is being judged (an incident must
   not become the new normal);
 * the level is a high quantile (the 90th percentile) of the last 30 minutes of blocks, so
@@ -16,19 +16,22 @@ workload *works* at:
   only (within 15% of the level), so dips never widen it;
 * the level counts as established once the workload has worked at it for ``ESTABLISH_S``.
 
-What kind of workload (the rule, from behaviour only), once it has worked for 10 minutes
-since it first reached its plateau (a start-up of minutes says nothing, and a serving
-load can look flat for a few): a *steady* workload (training, batch) spends at least 70%
-of its time on the plateau, leaves it only in discrete dips, and its plateau is tight
-(blocks within about 3% of each other: a job's step time is regular); a *demand-driven*
-one (serving) moves with its traffic, so it is either off its plateau much of the time
-or spread across it. Names of pods and services are not used: they are conventions, not
-facts. Before the verdict (``steady is None``) ``tight`` says whether the same rule has
-held for a minute, and the caller adds a prior (a GPU with other replicas in its service
-is not yet known to be steady). A job whose activity is noisy at its plateau is judged
-as demand-driven: only steps count for it. A serving replica saturated and flat for ten
-minutes is judged as steady, unless it was seen moving with demand before (the verdict
-"demand-driven" is kept for the process's life).
+What kind of workload, from behaviour only (names of pods and services are conventions,
+not facts). A *steady* workload (training, batch) runs the same step over and over: at
+the sampling resolution its activity sits on a plateau whose blocks differ no more than
+its per-sample noise explains (``spread`` within ``TIGHT`` of the level, or within
+``NOISE_SLACK`` times the noise of a block mean), its per-sample noise is small (a
+step's time is regular: the real H200 training loop read a per-sample variation of 8%,
+``NOISY`` is 15%), it spends at least 70% of its time on the plateau and leaves it only
+in discrete dips. A *demand-driven* workload (serving) moves with its traffic: smooth
+waves that make its blocks differ far more than their noise, and request-level (Poisson)
+noise of 20% and more per sample. ``tight`` says whether that rule holds over the last
+``EARLY_S`` seconds of work at the plateau (enough for a lone process's first minute);
+the verdict ``steady`` is given after 10 minutes of work since the plateau was first
+reached (a start-up of minutes says nothing), and the caller adds a prior before it (a
+GPU with other replicas in its service is not yet known to be steady). A serving replica
+saturated and flat for ten minutes is judged as steady, unless it was seen moving with
+demand before (the verdict "demand-driven" is kept for the process's life).
 
 A *phase change* of the process (it allocated or freed a lot of memory at once: a
 different model, batch or task, like a trainer that starts serving) starts the level
@@ -42,38 +45,36 @@ the time between samples, so sampling intervals do not change its memory.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 
-BLOCK_S = 10.0
-WINDOW_BLOCKS = 180  # 30 minutes of blocks
-WARMUP_S = 20.0
+BLOCK_S = 5.0
+WINDOW_BLOCKS = 360  # 30 minutes of blocks
+WARMUP_S = 10.0
 ESTABLISH_S = 45.0
 IDLE = 0.05  # below this SM activity the GPU idles: not a working level
+ZERO = 0.002  # below this SM activity no kernel runs at all (an idle GPU, not a slower one)
+IDLE_S = 10.0  # ... and it is idle once no activity was read for this long
 FAST_TAU = 5.0
+SLOW_TAU = 20.0
+JITTER_ALPHA = 1 / 64
+CUSUM_K = 0.175  # half the smallest step of a demand-driven workload that counts (35%)
+CUSUM_H = 8.0  # ... and the sum (in units of the samples' noise) that makes it a step
+CUSUM_WINDOW = 60.0  # a step is confirmed within this long of its start, or it was a drift
 PLATEAU = 0.85  # a block within 15% of the level is on the plateau
 STEADY_FRACTION = 0.7
-CLASSIFY_BLOCKS = 60  # 10 minutes
-EARLY_BLOCKS = 6  # a minute
+CLASSIFY_S = 600.0  # 10 minutes of work for the verdict
+EARLY_S = 40.0  # ... and this long for the hint
 TIGHT = 0.03
+NOISY = 0.15  # per-sample variation (relative) above which a plateau is request noise, not a job's steps
+NOISE_SLACK = 1.5
 PHASE_MIB = 2048.0
 PHASE_FRACTION = 0.15
 DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
-ANCHOR_FROM, ANCHOR_TO = 120.0, 20.0  # the step anchor: blocks that ended this long ago
-
-
-def _line(pts: list[tuple[float, float]]) -> tuple[float, float, float] | None:
-    """Least-squares line ``y = a + b·x`` through at least 6 points, and its residuals' IQR."""
-    n = len(pts)
-    if n < 6:
-        return None
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
-    a = my - b * mx
-    res = sorted(y - a - b * x for x, y in pts)
-    return a, b, res[(3 * n) // 4] - res[n // 4]
+RECOVER_S = 10.0  # a fall ends when activity has been back this long
+ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
+RECENT_BLOCKS = 34  # block means kept for the anchor (a little more than ANCHOR_FROM)
 
 
 def _median(values: list[float]) -> float:
@@ -82,144 +83,253 @@ def _median(values: list[float]) -> float:
     return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
 
 
+def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
+    """A least-squares line through the points, read at ``at``, and its residuals' IQR."""
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    res = sorted(y - a - b * x for x, y in pts)
+    return max(0.0, a + b * at), res[(3 * n) // 4] - res[n // 4]
+
+
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_start", "b_sum", "blocks", "dips",
-                 "ep_mode", "ep_n", "ep_ref", "ep_start", "ep_sum", "fast", "fast_ts", "fb_level", "level",
-                 "means", "phase_ts", "plateau_blocks", "recent", "recent_max", "since", "spread", "steady", "tight")
+    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
+                 "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused",
+                 "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_run", "ep_run_dip", "ep_start", "ep_sum", "ep_up",
+                 "fast", "fast_ts", "fb_level", "jitter", "last", "level", "noise", "noises", "phase_ts",
+                 "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "since", "slow", "sorted",
+                 "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
         self.fast = -1.0
+        self.slow = -1.0  # the same over about SLOW_TAU seconds (for judging replicas under request noise)
         self.fast_ts = since
+        self.last = 0.0
+        self.zero_since = -1.0  # since when no SM activity at all was read (-1: there is some)
+        self.rebase_ts = since  # blocks that ended before this are not where a step is judged from
+        self.jitter = 0.0  # mean absolute change between successive samples
+        self.cusum = 0.0
+        self.cusum_since = 0.0
+        self.cusum_sum = 0.0
+        self.cusum_n = 0
         self.b_start = since + WARMUP_S
         self.b_sum = 0.0
+        self.b_sq = 0.0
         self.b_n = 0
         self.b_fb = 0.0
         self.b_fb_n = 0
         self.blocks: deque[tuple[float, float]] = deque(maxlen=WINDOW_BLOCKS)  # (mean SM, mean FB MiB)
-        self.means: deque[float] = deque(maxlen=WINDOW_BLOCKS)  # the same means, for sorting
-        self.recent: deque[tuple[float, float]] = deque(maxlen=16)  # (end ts, mean SM) of every block
+        self.sorted: list[float] = []  # the same means, sorted
+        self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT_BLOCKS)  # (end ts, mean SM) of every block
+        self.recent_means: deque[float] = deque(maxlen=RECENT_BLOCKS)  # the same means alone
         self.recent_max = 0.0  # the highest of them
+        self.noises: deque[float] = deque(maxlen=16)  # per-sample variation (relative) of recent plateau blocks
+        self.noise = 0.0  # their median
         self.level = 0.0
         self.spread = 0.0
         self.plateau_blocks = 0
         self.fb_level = -1.0
         self.steady: bool | None = None
-        self.tight = False  # a minute or more on a tight plateau since it first reached it (a hint, no verdict)
-        self._anchor: tuple[float, float, float] | None = None  # computed when asked (step_anchor)
+        self.tight = False  # EARLY_S or more on a tight plateau since it first reached it (a hint, no verdict)
+        self._anchor = -1.0  # computed when asked (step_anchor; -1: not yet)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
         self.dips: deque[tuple[float, float, float]] = deque(maxlen=8)  # (start, depth: SM / reference, seconds)
-        # the fall being judged, if any: reference level, since when, how, and its mean depth
+        # the fall being judged, if any: reference level, since when, how, whether it came within seconds;
+        # its samples' sum, count, last one and the sum of the changes between them; its blocks' depths
         self.ep_ref = 0.0
         self.ep_start = 0.0
         self.ep_mode = ""
+        self.ep_abrupt = False
         self.ep_sum = 0.0
         self.ep_n = 0
+        self.ep_prev = 0.0
+        self.ep_dsum = 0.0
+        self.ep_blocks: list[float] = []
+        self.ep_up = -1.0  # since when activity is back above the fall's end ratio (-1: it is not)
+        # seconds of the fall excused as known dips, and the current run of blocks like one of them
+        self.ep_excused = 0.0
+        self.ep_run = 0.0
+        self.ep_run_dip = -1
+
+    def idle(self, ts: float) -> bool:
+        """No SM activity at all for ``IDLE_S``: an idle GPU, not a starved job (whose activity
+        arrives in bursts of a few percent, never zero for seconds on end)."""
+        return self.zero_since >= 0 and ts - self.zero_since >= IDLE_S
 
     @property
     def established(self) -> bool:
         return self.plateau_blocks * BLOCK_S >= ESTABLISH_S
 
     def update(self, ts: float, sm: float, fb: float | None, learn: bool) -> None:
-        dt = ts - self.fast_ts
+        last_ts = self.fast_ts
+        dt = ts - last_ts
+        if sm >= ZERO:
+            self.zero_since = -1.0
+        elif self.zero_since < 0:
+            self.zero_since = last_ts  # SM activity is a mean over the time since the last sample
         self.fast_ts = ts
-        if self.fast < 0:
-            self.fast = sm
+        fast = self.fast
+        if fast < 0:
+            self.fast = self.slow = sm
         elif dt > 0:
-            self.fast += dt / (FAST_TAU + dt) * (sm - self.fast)
-        if ts < self.b_start:
+            self.fast = fast + dt / (FAST_TAU + dt) * (sm - fast)
+            self.slow += dt / (SLOW_TAU + dt) * (sm - self.slow)
+        self.jitter += (abs(sm - self.last) - self.jitter) * JITTER_ALPHA
+        self.last = sm
+        b_start = self.b_start
+        if ts < b_start:
             return  # warm-up: the process's first seconds are not its level
-        if ts - self.b_start >= BLOCK_S and self.b_n:
+        if self.b_n and ts - b_start >= BLOCK_S:
             self._close(ts, learn)
+        if self.plateau_blocks and self.steady is not True:
+            self._cusum(ts, sm)
         if self.b_n == 0:
             self.b_start = ts
         self.b_sum += sm
+        self.b_sq += sm * sm
         self.b_n += 1
         if fb is not None:
             self.b_fb += fb
             self.b_fb_n += 1
 
+    def _cusum(self, ts: float, sm: float) -> None:
+        """A one-sided CUSUM of the samples' shortfall from the step anchor, in units of their
+        noise, less half the smallest step of interest (``CUSUM_K``): it climbs at once after a
+        real step and stays near zero under request noise, bursts and waves; ``cusum_sum`` and
+        ``cusum_n`` are the samples since it last left zero (the new level, if it is a step)."""
+        ref = self._anchor if self._anchor >= 0 else self.step_anchor()
+        if ref <= 0:
+            self.cusum = 0.0
+            return
+        noise = max(self.jitter / 1.128, 0.01 * ref)  # independent samples: mean |change| = 1.13 sigma
+        inc = (ref * (1.0 - CUSUM_K) - sm) / noise
+        if self.cusum <= 0.0:
+            if inc <= 0.0:
+                return
+            self.cusum_since, self.cusum_sum, self.cusum_n = ts, 0.0, 0
+        self.cusum = max(0.0, self.cusum + inc)
+        self.cusum_sum += sm
+        self.cusum_n += 1
+
     def _close(self, ts: float, learn: bool) -> None:
-        mean = self.b_sum / self.b_n
+        n = self.b_n
+        mean = self.b_sum / n
+        var = max(0.0, self.b_sq / n - mean * mean) * n / (n - 1) if n > 1 else -1.0
         fb = self.b_fb / self.b_fb_n if self.b_fb_n else -1.0
-        self.b_sum, self.b_n, self.b_fb, self.b_fb_n = 0.0, 0, 0.0, 0
+        self.b_sum, self.b_sq, self.b_n, self.b_fb, self.b_fb_n = 0.0, 0.0, 0, 0.0, 0
         self.recent.append((ts, mean))
-        self.recent_max = max(m for _, m in self.recent)
-        self._anchor, self._anchor_ts = None, ts
+        self.recent_means.append(mean)
+        self.recent_max = max(self.recent_means)
+        if self.ep_ref and self.ep_up < 0 and self.b_start >= self.ep_start:
+            self._excuse(mean / self.ep_ref, self.b_start, min(ts - self.b_start, 2 * BLOCK_S))
+        self._anchor, self._anchor_ts = -1.0, ts
         if fb >= 0 and self.fb_level >= 0 and abs(fb - self.fb_level) > max(PHASE_MIB, PHASE_FRACTION * self.fb_level):
             self.reset(ts)  # a different job in the same process: learn it afresh
         if learn and mean >= IDLE:
-            self.blocks.append((mean, fb))
-            self.means.append(mean)
+            if var >= 0 and mean >= PLATEAU * self.level:
+                noises = self.noises
+                noises.append(math.sqrt(var) / mean)
+                self.noise = sorted(noises)[len(noises) // 2]
+            blocks = self.blocks
+            if len(blocks) == WINDOW_BLOCKS:
+                old = blocks[0][0]
+                del self.sorted[bisect.bisect_left(self.sorted, old)]
+            blocks.append((mean, fb))
+            bisect.insort(self.sorted, mean)
             self._derive()
 
     def reset(self, ts: float) -> None:
         """Forget the level (a phase change, or a fall that became the new normal)."""
         self.blocks.clear()
-        self.means.clear()
+        self.sorted.clear()
         self.dips.clear()
+        self.noises.clear()
+        self.noise = 0.0
         self.level = self.spread = 0.0
         self.plateau_blocks = 0
         self.fb_level = -1.0
         self.steady = None
+        self.tight = False
         self.phase_ts = ts
         self.end_episode()
 
     def _derive(self) -> None:
-        values = sorted(self.means)
+        values = self.sorted
         n = len(values)
         level = values[int(0.9 * (n - 1))]
         floor = PLATEAU * level
-        plateau = values[bisect.bisect_left(values, floor):]
-        k = len(plateau)
+        lo = bisect.bisect_left(values, floor)
+        k = n - lo
         self.level = level
         self.plateau_blocks = k
-        self.spread = (plateau[(3 * k) // 4] - plateau[k // 4]) / 1.349  # the plateau's IQR as a sigma
-        for mean, fb in reversed(self.blocks):
+        self.spread = (values[lo + (3 * k) // 4] - values[lo + k // 4]) / 1.349  # the plateau's IQR as a sigma
+        blocks = self.blocks
+        for mean, fb in reversed(blocks):
             if mean >= floor:
                 self.fb_level = fb
                 break
-        first = next(i for i, m in enumerate(self.means) if m >= floor)
+        first = next(i for i, (m, _) in enumerate(blocks) if m >= floor)
         # judged from the first time it reached the plateau: a start-up of minutes says nothing
-        worked = n - first
-        tight = k >= STEADY_FRACTION * worked and self.spread <= TIGHT * level
-        self.tight = worked >= EARLY_BLOCKS and tight
-        if worked >= CLASSIFY_BLOCKS and self.steady is not False:  # once seen moving with demand, it will again
+        worked = (n - first) * BLOCK_S
+        # a block mean of ~BLOCK_S samples varies by noise / sqrt(BLOCK_S) from sampling alone
+        allowed = max(TIGHT, NOISE_SLACK * self.noise / math.sqrt(BLOCK_S)) * level
+        tight = k >= STEADY_FRACTION * (n - first) and self.spread <= allowed and self.noise <= NOISY
+        self.tight = worked >= EARLY_S and tight
+        if worked >= CLASSIFY_S and self.steady is not False:  # once seen moving with demand, it will again
             self.steady = tight
 
     def may_fall(self, drop_ratio: float, step_ratio: float) -> bool:
         """Cheap: whether a fall could start now (below the level's or near the recent blocks' ratio)."""
         fast = self.fast
-        return self.established and fast >= IDLE and (
+        return self.established and fast > 0.0 and (
             fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max)
 
-    def step_anchor(self) -> tuple[float, float, float]:
-        """Where the workload was just before the last 20 s, ``(level, spread, rise)``: a line through
-        the blocks of 20-120 s ago (fitted again without the few blocks far off it), read at its
-        end, so a rising or falling load is followed and a short burst is ignored; the residuals'
-        IQR; and the largest rise over 20 s within the window (a burst that began there is not a
-        level to fall from). ``(0, inf, 0)`` with fewer than 6 blocks."""
-        if self._anchor is None:
-            self._anchor = self._fit_anchor(self._anchor_ts)
-        return self._anchor
+    def step_anchor(self) -> float:
+        """Where the workload sat before the last 20 s: the lower quartile of the block means of
+        20-150 s ago (a burst of demand, up to three quarters of that time, is not the level it
+        works at; on a falling wave the quartile is the recent end, so a wave is not a step);
+        0 with fewer than 6 blocks. :meth:`step_line` adds the line a smoothly rising or
+        falling load is on."""
+        anchor = self._anchor
+        if anchor < 0:
+            means = self._window()
+            if len(means) < 6:
+                anchor = 0.0
+            else:
+                means.sort()
+                anchor = means[len(means) // 4]
+            self._anchor = anchor
+        return anchor
 
-    def _fit_anchor(self, ts: float) -> tuple[float, float, float]:
-        pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM]
-        rise = max((pts[i + 2][1] - pts[i][1] for i in range(len(pts) - 2)), default=0.0)
-        fit = _line(pts)
-        if fit is not None:  # once more without the few blocks far off the line (a short burst of demand)
-            res = [abs(y - fit[0] - fit[1] * x) for x, y in pts]
-            cut = max(3.0 * _median(list(res)), 0.02)
-            kept = [p for p, r in zip(pts, res, strict=True) if r <= cut]
-            if len(kept) >= 0.8 * len(pts):
-                fit = _line(kept)
-        if fit is None:
-            return 0.0, math.inf, 0.0
-        a, b, iqr = fit
-        return max(0.0, a - b * ANCHOR_TO), iqr, rise
+    def _window(self) -> list[float]:
+        ts, since = self._anchor_ts, self.rebase_ts
+        return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since]
+
+    def step_line(self) -> tuple[float, float]:
+        """The least-squares line through the same blocks, read at its end, and how far they are
+        from smooth: the larger of its residuals' interquartile range and the largest change
+        between neighbouring blocks (a burst's edge). Where a load on a smooth wave was, if it
+        was on one. ``(0, inf)`` with fewer than 6 blocks."""
+        ts, since = self._anchor_ts, self.rebase_ts
+        pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since]
+        if len(pts) < 6:
+            return 0.0, math.inf
+        end, iqr = _line(pts, -ANCHOR_TO)
+        return end, max(iqr, max(abs(b[1] - a[1]) for a, b in itertools.pairwise(pts)))
+
+    def rebase(self) -> None:
+        """The step being judged was explained (demand moved): where the workload sits after it is
+        its new normal, so no step is judged from where it was before."""
+        self.rebase_ts = self.ep_start + BLOCK_S
+        self._anchor = -1.0
+        self.end_episode()
 
     def high_within(self, ts: float, seconds: float) -> float:
         """The highest block mean of the last ``seconds`` (0 without one)."""
@@ -230,32 +340,119 @@ class ActivityLevel:
             best = max(best, mean)
         return best
 
+    def mean_between(self, start: float, end: float) -> float:
+        """The mean of the block means that ended within ``[start, end]`` (-1 without one)."""
+        total, n = 0.0, 0
+        for t, mean in reversed(self.recent):
+            if t < start:
+                break
+            if t <= end:
+                total += mean
+                n += 1
+        return total / n if n else -1.0
+
+    def low_between(self, start: float, end: float) -> float:
+        """The lowest block mean of those that ended within ``[start, end]`` (-1 without one)."""
+        low = -1.0
+        for t, mean in reversed(self.recent):
+            if t < start:
+                break
+            if t <= end and (low < 0 or mean < low):
+                low = mean
+        return low
+
     # ---- the fall being judged ----
-    def start_episode(self, ts: float, ref: float, mode: str) -> None:
-        self.ep_ref, self.ep_start, self.ep_mode, self.ep_sum, self.ep_n = ref, ts, mode, 0.0, 0
+    def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool) -> None:
+        self.ep_ref, self.ep_start, self.ep_mode, self.ep_abrupt = ref, ts, mode, abrupt
+        self.ep_sum, self.ep_dsum, self.ep_n, self.ep_up = 0.0, 0.0, 0, -1.0
+        self.ep_blocks = []
+        self.ep_excused, self.ep_run, self.ep_run_dip = 0.0, 0.0, -1
+
+    def recovered(self, ts: float, ratio: float) -> bool:
+        """Whether activity has been back above ``ratio`` of the fall's reference for ``RECOVER_S``
+        (a burst of a bursty stall is not a recovery; a demand-driven workload's slow mean must be
+        back too, so one sample of request noise is not one either)."""
+        floor = ratio * self.ep_ref
+        if self.fast < floor or (self.ep_mode != "steady" and self.slow < floor):
+            self.ep_up = -1.0
+            return False
+        if self.ep_up < 0:
+            self.ep_up = ts
+        return ts - self.ep_up >= RECOVER_S
+
+    def add_to_episode(self, sm: float) -> None:
+        if self.ep_n:
+            self.ep_dsum += abs(sm - self.ep_prev)
+        self.ep_prev = sm
+        self.ep_sum += sm
+        self.ep_n += 1
 
     def end_episode(self, ts: float | None = None, learn_dip: bool = False, dip_max_s: float = 0.0) -> None:
-        """Close the fall being judged; one that recovered within ``dip_max_s`` is remembered as a dip."""
+        """Close the fall being judged; one that recovered within ``dip_max_s`` is remembered as a
+        dip: its typical depth (the median of its blocks', so a checkpoint running into an
+        evaluation is remembered by the longer part) and how long it lasted."""
+        if self.ep_up >= 0 and ts is not None:
+            ts = self.ep_up  # it ended when activity came back
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
-            self.dips.append((self.ep_start, self.ep_sum / self.ep_n / self.ep_ref, ts - self.ep_start))
+            depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
+            self.dips.append((self.ep_start, depth, ts - self.ep_start))
         self.ep_ref = 0.0
         self.ep_mode = ""
+        self.ep_n = 0
+        self.cusum = 0.0
 
     def episode_depth(self) -> float:
         return self.ep_sum / self.ep_n / self.ep_ref if self.ep_n else 1.0
 
-    def dip_allowance(self, depth: float) -> float:
-        """How long the current fall may last because the job has recovered from falls this deep
-        (within 0.15 of its depth): 1.2 times the longest, plus 15 s. Once two such dips give
-        the job's period (evaluation every N steps), only a fall that begins on that rhythm
-        (within 10% of the period, at least a minute) is allowed that long."""
-        like = [(start, seconds) for start, d, seconds in self.dips if abs(d - depth) <= 0.15]
-        if not like:
+    def episode_variation(self) -> float:
+        """How much the fall's samples vary from one to the next, relative to their mean (about their
+        coefficient of variation for independent samples: the mean absolute change is 1.13 sigma),
+        so that bursts count and a fall in two flat parts does not."""
+        n = self.ep_n
+        if n < 3 or self.ep_sum <= 0:
             return 0.0
-        if len(like) >= 2:
-            period = like[-1][0] - like[-2][0]
-            if period > 0:
-                phase = (self.ep_start - like[-1][0]) % period
-                if min(phase, period - phase) > max(60.0, 0.1 * period):
-                    return 0.0  # off the job's rhythm: not one of its dips
-        return 1.2 * max(seconds for _, seconds in like) + 15.0
+        return self.ep_dsum / (n - 1) / 1.128 / (self.ep_sum / n)
+
+    def unexcused(self, ts: float) -> float:
+        """Seconds of the fall so far that no known dip explains."""
+        return ts - self.ep_start - self.ep_excused
+
+    def _excuse(self, depth: float, start: float, span: float) -> None:
+        """Fold one block of the fall in: time in a run of blocks like one of the job's dips, no
+        longer than that dip may last (``dip_allowance``), is excused; a run that overruns is
+        not excused at all. So a checkpoint running into an evaluation is two known dips,
+        while a stall of a depth the job never recovered from is judged by its whole length."""
+        if len(self.ep_blocks) < 64:
+            self.ep_blocks.append(depth)
+        dip, allowance = self._like(depth, start)
+        if dip < 0:
+            self.ep_run_dip, self.ep_run = -1, 0.0
+            return
+        if dip != self.ep_run_dip:
+            self.ep_run_dip, self.ep_run = dip, 0.0
+        self.ep_run += span
+        if self.ep_run <= allowance:
+            self.ep_excused += span
+        elif self.ep_run - span <= allowance:
+            self.ep_excused -= self.ep_run - span  # this run overran its dip: none of it is excused
+
+    def _like(self, depth: float, start: float) -> tuple[int, float]:
+        """The known dip a block this deep at ``start`` is like (-1 if none), and how long such a
+        run may last: 1.2 times the longest dip like it, plus 15 s. Alike means within 0.05 or a
+        quarter of the deeper one's depth. Once two such dips give the job's period (evaluation
+        every N steps), only a run that begins on that rhythm (within 10% of the period, at
+        least a minute) is allowed."""
+        best, longest, last, prev = -1, 0.0, -1.0, -1.0
+        for i, (t, d, seconds) in enumerate(self.dips):
+            if abs(d - depth) <= max(0.05, 0.25 * max(d, depth)):
+                best = i
+                longest = max(longest, seconds)
+                prev, last = last, t
+        if best < 0:
+            return -1, 0.0
+        if prev >= 0 and last > prev:
+            period = last - prev
+            phase = (start - last) % period
+            if min(phase, period - phase) > max(60.0, 0.1 * period):
+                return -1, 0.0  # off the job's rhythm: not one of its dips
+        return best, 1.2 * longest + 15.0
