@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -49,11 +48,7 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (callers retry on a clash)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port  # noqa: E402  (re-exported: fixtures import it from here)
 
 
 @dataclass(frozen=True, slots=True)

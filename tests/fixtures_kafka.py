@@ -91,11 +91,7 @@ def _stop_process(process: subprocess.Popen[bytes] | None, sig: int = signal.SIG
         process.wait(timeout=10)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port  # noqa: E402
 
 
 def _port_open(port: int) -> bool:
@@ -211,6 +207,10 @@ class KafkaBroker:
             if self.process.poll() is not None:
                 pytest.fail(f"tansu exited with {self.process.returncode} at start\n{self.log_tail()}", pytrace=False)
             if _port_open(self.port):
+                time.sleep(0.2)
+                if self.process.poll() is not None:  # something else answers on the port: tansu could not bind
+                    pytest.fail(f"tansu exited with {self.process.returncode} at start (port {self.port} taken?)\n"
+                                f"{self.log_tail()}", pytrace=False)
                 return self
             time.sleep(0.02)
         self.stop()

@@ -69,10 +69,16 @@ class PgServer(EmbeddedPg):
 
 
 def start_pg_server() -> PgServer:
-    """Init and start a cluster in a new temporary directory; the caller stops it."""
+    """Init and start a cluster in a new temporary directory; the caller stops it. Its TCP port
+    comes from below the ephemeral range (tests/ports.py), so a restart finds it free."""
+    import gpuwatch.embedded_pg
+    from tests.ports import free_port
+
     root = Path(tempfile.mkdtemp(prefix="gpuwatch-pg-"))
     try:
-        return PgServer.open(root, _FAST_SETTINGS)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gpuwatch.embedded_pg, "free_port", free_port)
+            return PgServer.open(root, _FAST_SETTINGS)
     except EmbeddedPgError as exc:
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"PostgreSQL did not start: {exc}", pytrace=False)

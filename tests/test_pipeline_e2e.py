@@ -171,7 +171,10 @@ def test_broker_down_30s_agents_spool_and_replay(pipeline: tuple[Any, str, Colle
     time.sleep(30)
     broker.start()
     time.sleep(3)
-    fleet.stop()
+    try:
+        fleet.stop()
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nbroker running: {broker.running}\n{broker.log_tail()}") from None
     _wait_for_all(fleet, dsn, collector, timeout=120)
     assert sum(s["spooled_total"] for s in fleet.stats()) > 0, "the outage should have gone through the spool"
 

@@ -63,6 +63,7 @@ def evaluate(seeds: list[int], nodes: int, hours: float, write_trace: str | None
                                                "latencies": []} for k in KINDS}
     fp_examples: list[dict[str, Any]] = []
     missed: list[dict[str, Any]] = []
+    shapes: dict[str, dict[str, Any]] = {}  # throughput drops by the shape the generator gave them
     records = 0
     detect_s = 0.0
     for seed in seeds:
@@ -91,6 +92,13 @@ def evaluate(seeds: list[int], nodes: int, hours: float, write_trace: str | None
         for i, inc in enumerate(fleet.incidents):
             row = per_kind[inc.kind]
             row["incidents"] += 1
+            if inc.kind == "throughput_drop":
+                shape = shapes.setdefault(str(inc.to_dict().get("detail", {}).get("shape", "?")),
+                                          {"n": 0, "found": 0, "latencies": []})
+                shape["n"] += 1
+                if i in detected:
+                    shape["found"] += 1
+                    shape["latencies"].append(detected[i])
             if i in detected:
                 row["detected"] += 1
                 row["latencies"].append(detected[i])
@@ -127,6 +135,9 @@ def evaluate(seeds: list[int], nodes: int, hours: float, write_trace: str | None
         "median_latency_s": statistics.median(all_lat) if all_lat else None,
         "detect_records_per_s": records / detect_s if detect_s else None,
         "per_kind": table, "false_positive_examples": fp_examples, "missed_examples": missed,
+        "throughput_drop_shapes": {k: {"n": v["n"], "found": v["found"],
+                                       "median_s": statistics.median(v["latencies"]) if v["latencies"] else None}
+                                   for k, v in sorted(shapes.items())},
     }
 
 
@@ -154,6 +165,9 @@ def main() -> int:
         print(f"{kind:20} {r['incidents']:4d} {r['detected']:4d} {f(r['recall'], '7.3f')} {r['anomalies']:5d} "
               f"{r['false_positives']:4d} {f(r['precision'], '6.3f')} {f(r['median_latency_s'], '8.1f')} "
               f"{f(r['max_latency_s'], '6.0f')}")
+    for shape, r in result["throughput_drop_shapes"].items():
+        lat = f"{r['median_s']:.0f} s" if r["median_s"] is not None else "-"
+        print(f"  throughput_drop {shape:18} {r['found']} of {r['n']}, median {lat}")
     return 0
 
 
