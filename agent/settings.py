@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as EnvParseError
 
 from telemetry.kafka_security import KafkaSecurityFields
 
@@ -97,22 +100,41 @@ class SettingsError(ValueError):
     """A setting failed validation; the message names each bad one, its env var and flag."""
 
 
-def where(name: str, env_prefix: str = "GPUWATCH_") -> str:
-    """A setting as a message names it: ``name (env GPUWATCH_NAME, flag --name)``."""
-    return f"{name} (env {env_prefix}{name.upper()}, flag --{name.replace('_', '-')})"
+def where(name: str, env_prefix: str = "GPUWATCH_", flag: str | None = "") -> str:
+    """A setting as a message names it: ``name (env GPUWATCH_NAME, flag --name)``; ``flag`` is
+    the command line's own spelling (``None``: the setting has no flag, only its variable)."""
+    if flag == "":
+        flag = f"--{name.replace('_', '-')}"
+    return f"{name} (env {env_prefix}{name.upper()}" + (f", flag {flag})" if flag else ")")
 
 
-def load(model: type[BaseSettings], overrides: dict[str, Any], env_prefix: str = "GPUWATCH_") -> Any:
-    """Build a settings model from env plus the flags given (flags win)."""
+def load(model: type[BaseSettings], overrides: dict[str, Any], env_prefix: str = "GPUWATCH_",
+         flags: Mapping[str, str] | None = None) -> Any:
+    """Build a settings model from env plus the flags given (flags win).
+
+    ``overrides`` holds every setting the command line has a flag for (None: not given), so a
+    message names a flag only where one exists; ``flags`` spells those whose flag is not
+    ``--setting-name`` (the API's ``port`` is ``--api-port``). A variable pydantic-settings
+    cannot even parse (a list that is not JSON) is a one-line error like any other."""
     given = {k: v for k, v in overrides.items() if v is not None}
+
+    def named(name: str) -> str:
+        top = name.split(".")[0]
+        flag = (flags or {}).get(top) or (f"--{top.replace('_', '-')}" if top in overrides else None)
+        return where(name, env_prefix, flag)
+
     try:
         return model(**given)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
             if err["loc"]:
-                name = ".".join(str(p) for p in err["loc"])
-                lines.append(f"invalid setting {where(name, env_prefix)}: {err['msg']}")
+                lines.append(f"invalid setting {named('.'.join(str(p) for p in err['loc']))}: {err['msg']}")
             else:  # a check across settings: its message names them
                 lines.append("invalid settings: " + err["msg"].removeprefix("Value error, "))
         raise SettingsError("; ".join(lines)) from None
+    except EnvParseError as exc:
+        m = re.search(r'field "([^"]+)"', str(exc))
+        name = m[1] if m else "?"
+        raise SettingsError(f"invalid setting {named(name)}: cannot parse its value (a list or a mapping is written "
+                            f'as JSON, e.g. ["https://a.example"])') from None

@@ -223,6 +223,10 @@ async def _unset_dead_letter(_msg: Any, _reason: str) -> None:
     raise RuntimeError("the consumer replaces this with its dead-letter producer")
 
 
+# the API settings whose flag is not ``--setting-name`` (named in setting errors; `up` too)
+API_FLAGS = {"port": "--api-port", "host": "--api-host", "tls_cert": "--api-tls-cert", "tls_key": "--api-tls-key"}
+
+
 def run(args: argparse.Namespace) -> int:
     from agent.settings import SettingsError, load  # the shared settings loader
     from collector import clientlogs
@@ -241,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         flags = {"port": args.api_port, "host": args.api_host, "tls_cert": args.api_tls_cert,
                  "tls_key": args.api_tls_key, "price_per_gpu_hour": args.price_per_gpu_hour}
         try:
-            api_settings = load(ApiSettings, flags, env_prefix="GPUWATCH_API_")
+            api_settings = load(ApiSettings, flags, env_prefix="GPUWATCH_API_", flags=API_FLAGS)
         except SettingsError as exc:
             print(f"gpuwatch collector: {exc}", file=sys.stderr)
             return 2

@@ -109,9 +109,11 @@ def _api_settings(args: argparse.Namespace) -> Any:
         return None
     from agent.settings import load
     from collector.api.settings import ApiSettings
+    from gpuwatch.cmd_collector import API_FLAGS
 
     return load(ApiSettings, {"host": args.api_host, "port": args.api_port,
-                              "price_per_gpu_hour": args.price_per_gpu_hour}, env_prefix="GPUWATCH_API_")
+                              "price_per_gpu_hour": args.price_per_gpu_hour}, env_prefix="GPUWATCH_API_",
+                flags=API_FLAGS)
 
 
 async def _start_api(pool: Any, settings: Any, port_given: bool, ingestor: Any) -> Any:

@@ -152,3 +152,18 @@ def test_the_collector_names_its_busy_api_port(kafka_broker: Any, pg_db: str) ->
         proc = gpuwatch("collector", "--db", pg_db, "--kafka-bootstrap", broker.bootstrap, "--api-port", str(port),
                         "--log-level", "WARNING")
     assert_one_clear_line(proc, f"cannot listen (--api-port {port}): Address already in use")
+
+
+@pytest.mark.parametrize(("command", "var", "value", "expected"), [
+    (["collector", "--db", DEAD], "GPUWATCH_API_CORS_ORIGINS", "https://a.example",
+     "invalid setting cors_origins (env GPUWATCH_API_CORS_ORIGINS): cannot parse its value"),
+    (["collector", "--db", DEAD], "GPUWATCH_API_PORT", "abc",
+     "invalid setting port (env GPUWATCH_API_PORT, flag --api-port)"),
+    (["agent", "--simulate", "1", "--metrics-port", "0"], "GPUWATCH_FRAME_WINDOW", "-5",
+     "invalid setting frame_window (env GPUWATCH_FRAME_WINDOW)"),
+], ids=["list-not-json", "api-port-flag-spelled", "env-only-setting"])
+def test_a_bad_variable_is_one_line_naming_it_and_only_a_flag_that_exists(
+        command: list[str], var: str, value: str, expected: str) -> None:
+    err = assert_one_clear_line(gpuwatch(*command, env={**ENV, var: value}), expected, code=2)
+    if "flag" not in expected:
+        assert "flag" not in err, err  # the setting has no flag: the message must not invent one
