@@ -63,10 +63,14 @@ def build_agent(settings: Any) -> Any:
     )
     attribution: Any = None
     if settings.simulate:
+        import zlib
+
         from agent.driver.simulated import SimulatedFleet
         from agent.simulate.attribution import SimulatedAttribution
 
-        driver: Any = SimulatedFleet(settings.simulate)
+        # seeded by the node's name: two simulated nodes have GPUs of their own (one UUID on two
+        # nodes is a fault the collector reports, not what a simulation should show)
+        driver: Any = SimulatedFleet(settings.simulate, seed=zlib.crc32(settings.node_name.encode()) & 0xFFFF)
         attribution = SimulatedAttribution(driver) if settings.attribution else None
     else:
         from agent.driver.nvml import NvmlDriver

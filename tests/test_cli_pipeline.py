@@ -122,3 +122,19 @@ def test_up_gives_its_run_an_admin_token_for_the_web_page(tmp_path: Path) -> Non
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     assert token not in err  # the log never carries it
+
+
+def test_two_simulated_nodes_have_gpus_of_their_own() -> None:
+    """One UUID on two nodes is a fault the collector reports (issue 10): a simulation of two
+    nodes must not show it. The simulated GPUs are seeded by the node's name."""
+    from agent.settings import AgentSettings
+    from gpuwatch.cmd_agent import build_agent
+
+    def uuids(node: str) -> set[str]:
+        driver = build_agent(AgentSettings(simulate=2, node_name=node, attribution=False)).driver
+        driver.init()
+        return {driver.uuid(driver.handle_by_index(i)) for i in range(driver.device_count())}
+
+    a, b = uuids("node-a"), uuids("node-b")
+    assert len(a) == len(b) == 2 and not a & b
+    assert uuids("node-a") == a  # stable across restarts of the same node
