@@ -63,6 +63,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("launch", 70.0), ("membound", 10.0), ("serve", 40.0), ("copy", 10.0)),
           "gpu_s": 0.12, "cpu_s": 0.05, "stall_steps": 2.0, "burners_per_core": 3, "leak_every_s": 3.0,
           "leak_gib": 1, "serve_period_s": 20.0, "launch_batch": 4000},
+    # "c": the second held-out run, written after b had been looked at, every incident at least as
+    # long as the detectors' stated waits: a normal change to a smaller step (work per step x0.6)
+    # before a milder stall (1.5 steps' wait), a slower leak, and launch-bound in the training
+    # process itself after the leak; one process, no serving
+    "c": {"train": (("train", 45.0), ("smallstep", 35.0), ("train", 15.0), ("stall", 90.0), ("train", 15.0),
+                    ("leak", 75.0), ("launch", 105.0)),
+          "tools": (),
+          "gpu_s": 0.10, "cpu_s": 0.10, "stall_steps": 1.5, "burners_per_core": 3, "leak_every_s": 2.0,
+          "leak_gib": 0.5, "serve_period_s": 20.0, "launch_batch": 2000},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -116,6 +125,7 @@ def _train(marks: Path) -> None:
     gpu_work(prepare(), matmuls)
     step_s = time.perf_counter() - t0
     kept: list[torch.Tensor] = []
+    tiny = torch.zeros(1, device=dev)
     burners: list[subprocess.Popen[bytes]] = []
     for phase, seconds in TRAIN:
         mark(marks, phase)
@@ -137,9 +147,15 @@ def _train(marks: Path) -> None:
                 time.sleep(V["stall_steps"] * step_s)
             elif phase == "bigbatch":  # the batch grows by half: more work per step (normal)
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
+            elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
+                gpu_work(prepare(), max(1, round(0.6 * matmuls)))
+            elif phase == "launch":  # launch-bound in the training process: one tiny kernel after another
+                for _ in range(V["launch_batch"]):
+                    tiny.add_(1.0)
+                torch.cuda.synchronize()
             else:
                 if phase == "leak" and time.time() >= grow_at:
-                    kept.append(torch.ones(V["leak_gib"] * GIB, dtype=torch.uint8, device=dev))
+                    kept.append(torch.ones(int(V["leak_gib"] * GIB), dtype=torch.uint8, device=dev))
                     grow_at += V["leak_every_s"]
                 gpu_work(prepare(), matmuls)
         for b in burners:
@@ -196,6 +212,8 @@ def run(labels_path: Path) -> dict[str, Any]:
     marks = labels_path.with_suffix(".marks")
     marks.unlink(missing_ok=True)
     plan: list[tuple[str, float]] = [("idle", 5.0), ("train", 0.0), ("idle", 3.0), ("tools", 0.0), ("idle", 5.0)]
+    if not TOOLS:
+        plan = [("idle", 5.0), ("train", 0.0), ("idle", 5.0)]
     for what, seconds in plan:
         if what == "idle":
             mark(marks, "idle")
