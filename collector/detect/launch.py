@@ -42,7 +42,11 @@ def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:
 
 
 def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None) -> Finding | None:
-    if not st.pids or st.util_slow < cfg.launch_util or st.sm_slow * cfg.launch_ratio > st.util_slow:
+    # SM activity from the lower of now and its slow mean: a GPU that just became launch-bound reads
+    # near zero at once, and the slow mean would take 15 s to follow it (the hold already asks that
+    # every sample agree, so one low sample of a busy GPU starts nothing)
+    sm = min(st.sm_slow, st.sm) if st.sm is not None else st.sm_slow
+    if not st.pids or st.util_slow < cfg.launch_util or sm * cfg.launch_ratio > st.util_slow:
         return None
     if (dram is not None and dram >= DRAM_BUSY) or st.pcie >= COPYING:
         return None

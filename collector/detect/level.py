@@ -74,7 +74,6 @@ PHASE_FRACTION = 0.15
 DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
 RECOVER_S = 10.0  # a fall ends when activity has been back this long
 ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
-LEVEL_BLOCKS = 6  # a steady job that moved to a new level holds it for these many blocks (30 s)
 RECENT_BLOCKS = 34  # block means kept for the anchor (a little more than ANCHOR_FROM)
 
 
@@ -102,7 +101,7 @@ class ActivityLevel:
     __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
                  "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused",
                  "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_run", "ep_run_dip", "ep_start", "ep_sum", "ep_up",
-                 "fast", "fast_ts", "fb_level", "held", "jitter", "last", "level", "noise", "noises", "phase_ts",
+                 "fast", "fast_ts", "fb_level", "jitter", "last", "level", "noise", "noises", "phase_ts",
                  "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "since", "slow", "sorted",
                  "spread", "steady", "tight", "zero_since")
 
@@ -138,7 +137,6 @@ class ActivityLevel:
         self.fb_level = -1.0
         self.steady: bool | None = None
         self.tight = False  # EARLY_S or more on a tight plateau since it first reached it (a hint, no verdict)
-        self.held = False  # it was tight once since the level was last learned afresh
         self._anchor = -1.0  # computed when asked (step_anchor; -1: not yet)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
@@ -258,7 +256,7 @@ class ActivityLevel:
         self.plateau_blocks = 0
         self.fb_level = -1.0
         self.steady = None
-        self.tight = self.held = False
+        self.tight = False
         self.phase_ts = ts
         self.end_episode()
 
@@ -283,24 +281,9 @@ class ActivityLevel:
         # a block mean of ~BLOCK_S samples varies by noise / sqrt(BLOCK_S) from sampling alone
         allowed = max(TIGHT, NOISE_SLACK * self.noise / math.sqrt(BLOCK_S)) * level
         tight = k >= STEADY_FRACTION * (n - first) and self.spread <= allowed and self.noise <= NOISY
-        if tight and worked >= EARLY_S:
-            self.held = True
-        elif self.held and self.noise <= NOISY and self._holds_a_level(allowed / level):
-            tight = True  # a steady job on a new level of its own (a larger batch, longer sequences): still steady
         self.tight = worked >= EARLY_S and tight
         if worked >= CLASSIFY_S and self.steady is not False:  # once seen moving with demand, it will again
             self.steady = tight
-
-    def _holds_a_level(self, allowed: float) -> bool:
-        """Whether the last ``LEVEL_BLOCKS`` blocks sit on one level, each within ``allowed`` (relative)
-        of their median: a job whose work per step changed and that holds its new step time. Its
-        30 minutes of blocks then hold two plateaus, which the spread alone reads as a workload
-        that moves with demand."""
-        if len(self.blocks) < LEVEL_BLOCKS:
-            return False
-        last = sorted(m for m, _ in itertools.islice(reversed(self.blocks), LEVEL_BLOCKS))
-        mid = last[LEVEL_BLOCKS // 2]
-        return mid >= IDLE and last[-1] - mid <= allowed * mid and mid - last[0] <= allowed * mid
 
     def may_fall(self, drop_ratio: float, step_ratio: float) -> bool:
         """Cheap: whether a fall could start now (below the level's or near the recent blocks' ratio)."""

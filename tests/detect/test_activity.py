@@ -32,6 +32,17 @@ def test_a_fall_after_a_slow_start_up_is_found_within_90_s() -> None:
     assert "working level 0.97" in found[0].causes[0]
 
 
+def test_a_smooth_fall_to_a_new_plateau_waits_two_minutes() -> None:
+    """A smooth fall to a new plateau for 100 s stays quiet, 45% or 66% (an evaluation pass of a
+    fine-tuning job reads like this; so did the real H200 stall of trace c, 0.35 -> 0.12, which
+    is therefore found only after 2 minutes: the trade, docs/benchmarks.md)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = (0.6 if g == 0 else 0.35) + 0.005 * math.sin(t)
+        if 200 <= t < 300:
+            sm = (0.33 if g == 0 else 0.12) + 0.005 * math.sin(t)
+        return record(t, g, sm=sm, pod=f"job-{g}")
+    assert run(trace(400, 2, make)) == []
+
 def test_recurring_evaluation_and_checkpoint_dips_do_not_hide_a_stall() -> None:
     def make(t: float, g: int):  # type: ignore[no-untyped-def]
         sm = 0.95
@@ -147,7 +158,7 @@ def test_launch_bound_phase_is_found_and_explained() -> None:
     found = run(trace(500, 1, make))
     assert kinds(found) == [("launch_bound", "GPU-n0-0")]
     a = found[0]
-    assert a.severity == "info" and 200 + 90 <= a.start - T0 <= 200 + 120
+    assert a.severity == "info" and 200 + 90 <= a.start - T0 <= 200 + 100  # the hold, not the smoothing too
     assert "GPU utilisation 32%" in a.causes[0] and "SM activity is 0.0005" in a.causes[0]
     assert any("CUDA Graphs" in c and "larger batches" in c for c in a.causes)
 
