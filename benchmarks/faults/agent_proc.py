@@ -6,16 +6,14 @@ each agent process writes one line per sampled record (``gpu<TAB>node<TAB>ts``) 
 Three harness-only knobs, none of which changes the agent's code path:
 
 * ``--seed S``: the simulated fleet's seed (its GPU UUIDs). ``gpuwatch agent --simulate N``
-  gives every process the same UUIDs; the harness gives each node its own unless a case
-  wants two nodes to share them;
-* ``--identity-headers``: pass ``node`` and a per-process ``instance`` to the agent's Framer
-  (the Kafka headers the collector keys streams by), as the agent-side change of issue 10 does;
-* ``--clock-offset S``: the agent's clock runs S seconds off (late data);
-* ``--answer-keyframe-requests TOPIC``: a stand-in for the agent half of issue 10 item 7
-  (which another change brings): read the collector's keyframe requests from the control
-  topic and make the next frames keyframes (``Framer.resync``).
+  seeds them by the node's name; the harness gives each node its own seed unless a case
+  wants two nodes to share UUIDs;
+* ``--older-agent``: the agent as it was before issue 10 (no ``node``/``instance`` headers,
+  keyframe requests on the control topic not read), for the cases that show what the
+  collector does with agents not yet upgraded;
+* ``--clock-offset S``: the agent's clock runs S seconds off (late data).
 
-    python -m benchmarks.faults.agent_proc --export F [--seed S] [--identity-headers] \\
+    python -m benchmarks.faults.agent_proc --export F [--seed S] [--older-agent] \\
         [--clock-offset S] -- agent --simulate 4 --kafka-bootstrap ... --node-name n0
 """
 
@@ -24,9 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +36,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--export", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--identity-headers", action="store_true")
+    ap.add_argument("--older-agent", action="store_true")
     ap.add_argument("--clock-offset", type=float, default=0.0)
-    ap.add_argument("--answer-keyframe-requests", metavar="TOPIC")
     own = ap.parse_args(argv[:split])
     rest = argv[split + 1:]
 
@@ -52,29 +47,23 @@ def main(argv: list[str]) -> int:
     import gpuwatch.cmd_agent as cmd_agent
     from gpuwatch.cli import main as gpuwatch_main
 
-    simulated.SimulatedFleet.__init__ = functools.partialmethod(  # type: ignore[method-assign]
-        simulated.SimulatedFleet.__init__, seed=own.seed)
+    fleet_init = simulated.SimulatedFleet.__init__
+
+    def seeded(self: Any, *args: Any, **kwargs: Any) -> None:  # the harness's seed wins over the node's
+        kwargs["seed"] = own.seed
+        fleet_init(self, *args, **kwargs)
+
+    simulated.SimulatedFleet.__init__ = seeded  # type: ignore[method-assign]
     if own.clock_offset:
         offset = own.clock_offset
         runtime.Agent.__init__ = functools.partialmethod(  # type: ignore[method-assign]
             runtime.Agent.__init__, clock=lambda: time.time() + offset)
-    node = rest[rest.index("--node-name") + 1] if "--node-name" in rest else ""
-    instance = uuid.uuid4().hex[:12]
-    if own.identity_headers:
+    if own.older_agent:
+        import agent.control as control
+
         framing.Framer.__init__ = functools.partialmethod(  # type: ignore[method-assign]
-            framing.Framer.__init__, node=node, instance=instance)
-    if own.answer_keyframe_requests:
-        bootstrap = rest[rest.index("--kafka-bootstrap") + 1]
-        framers: list[Any] = []
-        init = framing.Framer.__init__
-
-        def capture(self: Any, *a: Any, **kw: Any) -> None:
-            init(self, *a, **kw)
-            framers.append(self)
-
-        framing.Framer.__init__ = capture  # type: ignore[method-assign]
-        threading.Thread(target=_answer, args=(bootstrap, own.answer_keyframe_requests, node, instance, framers),
-                         name="keyframe-requests", daemon=True).start()
+            framing.Framer.__init__, node="", instance="")
+        control.ControlListener.start = lambda self: None  # type: ignore[method-assign]
     export = own.export.open("a", buffering=1)
     build = cmd_agent.build_agent
 
@@ -88,37 +77,6 @@ def main(argv: list[str]) -> int:
         return int(gpuwatch_main(rest) or 0)
     finally:
         export.close()
-
-
-def _answer(bootstrap: str, topic: str, node: str, instance: str, framers: list[Any]) -> None:
-    """Read keyframe requests from ``topic`` (from its end) and resync the Framer on a match."""
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer
-    from aiokafka.errors import KafkaError
-
-    from telemetry.control import ControlError, KeyframeRequest
-
-    async def loop() -> None:
-        while True:
-            consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
-                                        auto_offset_reset="latest")
-            try:
-                await consumer.start()
-                async for msg in consumer:
-                    try:
-                        request = KeyframeRequest.decode(msg.value or b"")
-                    except ControlError:
-                        continue
-                    if request.matches(node, instance):
-                        for framer in framers:
-                            framer.resync()
-            except KafkaError:
-                await asyncio.sleep(1.0)
-            finally:
-                await consumer.stop()
-
-    asyncio.run(loop())
 
 
 if __name__ == "__main__":

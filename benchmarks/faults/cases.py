@@ -191,7 +191,7 @@ def _uuid_conflict(env: Env, headers: bool) -> None:
     env.start_collector()
     env.fault_started()
     for node in ("node-a", "node-b"):  # one seed: the same GPU UUIDs on both nodes
-        env.start_agent(node, seed=7, identity_headers=headers)
+        env.start_agent(node, seed=7, older=not headers)
     _flow(env, env.params.warmup_s + env.params.after_s)
     env.fault_ended()
 
@@ -205,18 +205,18 @@ def _uuid_conflict(env: Env, headers: bool) -> None:
     env.after_drain(check)
 
 
-@case("uuid_conflict", "two agents (nodes) with the same GPU UUIDs, no identity headers (older agents)")
+@case("uuid_conflict", "two agents (nodes) with the same GPU UUIDs, older agents (no node/instance headers)")
 def uuid_conflict(env: Env) -> None:
     _uuid_conflict(env, headers=False)
 
 
-@case("uuid_conflict_headers", "two agents (nodes) with the same GPU UUIDs, with node/instance headers")
+@case("uuid_conflict_headers", "two agents (nodes) with the same GPU UUIDs, agents as shipped (node/instance headers)")
 def uuid_conflict_headers(env: Env) -> None:
     _uuid_conflict(env, headers=True)
 
 
 def _restart_empty(env: Env, answer: bool) -> None:
-    _standard(env, identity_headers=answer, answer_keyframe_requests=answer)
+    _standard(env, older=not answer)
     assert env.broker is not None
     collector = env.collectors[0]
     env.fault_started()
@@ -236,12 +236,14 @@ def _restart_empty(env: Env, answer: bool) -> None:
         f"keyframe requests {env.metric('gpuwatch_collector_keyframe_requests_total'):.0f}"))
 
 
-@case("broker_restarted_empty", "broker restarted empty (in-memory storage, topics recreated), agents as on main")
+@case("broker_restarted_empty",
+      "broker restarted empty (in-memory storage, topics recreated), older agents (no keyframe requests)")
 def broker_restarted_empty(env: Env) -> None:
     _restart_empty(env, answer=False)
 
 
-@case("broker_restarted_empty_kfreq", "broker restarted empty, agents that answer keyframe requests (stand-in)")
+@case("broker_restarted_empty_kfreq",
+      "broker restarted empty, agents as shipped (answer keyframe requests, keyframe after a reconnect)")
 def broker_restarted_empty_kfreq(env: Env) -> None:
     _restart_empty(env, answer=True)
 

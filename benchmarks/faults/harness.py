@@ -333,18 +333,16 @@ class Env:
         self.collectors.append(collector)
         return collector
 
-    def start_agent(self, node: str, *, seed: int | None = None, identity_headers: bool = False,
-                    clock_offset: float = 0.0, answer_keyframe_requests: bool = False) -> AgentProc:
+    def start_agent(self, node: str, *, seed: int | None = None, older: bool = False,
+                    clock_offset: float = 0.0) -> AgentProc:
         assert self.broker is not None
         p = self.params
         seed = len(self.agents) + 1 if seed is None else seed
         own = ["--export", str(self.dir / f"samples-{node}.tsv"), "--seed", str(seed)]
-        if identity_headers:
-            own.append("--identity-headers")
+        if older:
+            own.append("--older-agent")
         if clock_offset:
             own += ["--clock-offset", str(clock_offset)]
-        if answer_keyframe_requests:
-            own += ["--answer-keyframe-requests", f"{TOPIC}.control"]
         args = [sys.executable, "-m", "benchmarks.faults.agent_proc", *own, "--", "agent", "--simulate", str(p.gpus),
                 "--node-name", node, "--kafka-bootstrap", self.broker.bootstrap, "--spool-dir",
                 str(self.dir / f"spool-{node}"), "--metrics-port", "0", "--metrics-host", "127.0.0.1",
