@@ -45,7 +45,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--no-detect", dest="detect", action="store_const", const=False,
                    help="store only: no anomaly detection in this replica (or GPUWATCH_DETECT=false)")
-    p.add_argument("--api-port", type=int, help="port of the REST API, web page and /metrics (default 8080; -1: off)")
+    p.add_argument("--api-port", type=int,
+                   help="port of the REST API, web page and /metrics (default 8080, or a free port with a "
+                        "warning when 8080 is taken and no port was given; -1: off)")
     p.add_argument("--api-host", help="address of the REST API (default 127.0.0.1; 0.0.0.0 in a pod)")
     p.add_argument("--api-tls-cert", help="PEM certificate: serve the API over HTTPS")
     p.add_argument("--api-tls-key", help="PEM key of --api-tls-cert")

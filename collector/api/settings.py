@@ -3,7 +3,8 @@
 Why separate from the collector's settings: ``gpuwatch up`` and ``gpuwatch collector``
 both serve the API and pass the same few flags; the price and the point limit are also
 what an admin reads back from ``GET /api/v1/settings``. ``metrics_auth``
-(``GPUWATCH_API_METRICS_AUTH``, off by default for ``gpuwatch up``, on in the Helm chart)
+(``GPUWATCH_API_METRICS_AUTH``, off by default for ``gpuwatch up`` and ``gpuwatch collector``,
+on in the Helm chart)
 and ``metrics_per_service`` (``GPUWATCH_API_METRICS_PER_SERVICE``, on by default) decide
 who may read the collector's ``/metrics`` and whether it names services.
 """
