@@ -176,6 +176,10 @@ class CpuPacer:
             self._tokens = cap
         else:
             self._tokens = min(cap, self._tokens + (wall - self._wall) * self.fraction - (cpu - self._cpu))
+        # the debt is capped at one longest wait: the work that may not wait (spooling what is sampled
+        # during an outage) can run the bucket far below zero, and a debt of minutes would then hold
+        # the reconnect and the replay back for minutes after the broker is back
+        self._tokens = max(self._tokens, -self.fraction * self.max_delay_s)
         self._wall, self._cpu = wall, cpu
         if self._tokens >= 0:
             return 0.0

@@ -277,6 +277,7 @@ class Sender:
         self._started = False
         self._spool_retry_at = 0.0  # no spool write before this (monotonic), after one failed
         self._spool_backoff = SPOOL_RETRY_S[0]
+        self._paced_for: set[str] = set()  # work that waited once for the budget: it runs next time
         self._replaying = False  # spooled messages were sent since the spool was last empty
         self._drops_seen = 0  # memory and spool drops already answered with a keyframe request
         self.sent_total = 0
@@ -565,9 +566,16 @@ class Sender:
             self._drops_seen = drops
             self._keyframes("frames were dropped")
 
-    async def _paced(self) -> bool:
-        """Wait for the transport's CPU budget if it ran over (not while stopping); True if it waited."""
-        if self._stopping:
+    async def _paced(self, what: str) -> bool:
+        """Wait for the transport's CPU budget if it ran over (not while stopping); True if it waited.
+
+        At most one wait (``max_delay_s``) in a row for a piece of work ``what`` ("connect",
+        "replay"): the work that may not wait (spooling what is sampled during an outage, the
+        control topic's client retrying) can keep the bucket empty, and a reconnect or a replay
+        that waited for a full bucket would never run (the fault harness found an agent that had
+        not reconnected 34 s after the broker was back, everything after the outage in its spool)."""
+        if self._stopping or what in self._paced_for:
+            self._paced_for.discard(what)
             return False
         wait = self._pacer.delay()
         if wait <= 0:
@@ -575,6 +583,7 @@ class Sender:
         t0 = time.monotonic()
         await self._sleep(wait)
         self._pacer.waited(time.monotonic() - t0)
+        self._paced_for.add(what)
         return True
 
     async def _main(self) -> None:
@@ -593,7 +602,7 @@ class Sender:
                     break
                 if producer is None:
                     await self._spool_if_due()
-                    if now >= next_attempt and await self._paced():
+                    if now >= next_attempt and await self._paced("connect"):
                         continue
                     if now >= next_attempt:
                         producer = await self._connecting()
@@ -739,7 +748,7 @@ class Sender:
 
     async def _round(self, producer: AIOKafkaProducer) -> _Outcome:
         """Send one batch and settle it: delivered parts committed, failed parts in the spool."""
-        if len(self.spool) and await self._paced():
+        if len(self.spool) and await self._paced("replay"):
             return "idle"  # replaying can wait for the transport's budget; memory overflow still spools
         batch = await self._next_round()
         if batch is None:

@@ -146,8 +146,10 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     tasks: list[asyncio.Task[Any]] = []
     failure: BaseException | None = None
     try:
-        await _start(consumer, stop)
+        # the API first: while Kafka is not reachable yet (it may start after the collector), /healthz
+        # answers (alive), /readyz says why it is not ready, and the stored data can be read
         api = await _start_api(store, api_settings, api_port_given, ingestor, consumer)
+        await _start(consumer, stop)
         if not stop.is_set():
             print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
                   f"into a {store.profile} PostgreSQL ({store.profile_reason})", flush=True)

@@ -167,3 +167,46 @@ def test_a_bad_variable_is_one_line_naming_it_and_only_a_flag_that_exists(
     err = assert_one_clear_line(gpuwatch(*command, env={**ENV, var: value}), expected, code=2)
     if "flag" not in expected:
         assert "flag" not in err, err  # the setting has no flag: the message must not invent one
+
+
+def test_a_collector_waiting_for_kafka_answers_its_probes_and_stops_on_sigterm(pg_db: str) -> None:
+    """Kafka may come up after the collector (a rolling deploy): the API listens first, so the
+    liveness probe sees a live process, readiness says what it waits for, and SIGTERM ends it."""
+    import json
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    from tests.ports import free_port
+
+    dead_kafka, port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "collector", "--db", pg_db, "--kafka-bootstrap",
+                             f"127.0.0.1:{dead_kafka}", "--api-port", str(port), "--log-level", "ERROR"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        def get(path: str) -> tuple[int, dict[str, Any]]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+                    return resp.status, json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = get("/healthz")
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.2)
+        assert health == (200, {"status": "ok"})
+        status, body = get("/readyz")
+        assert status == 503 and "has not joined group" in body["reason"], body
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -315,6 +315,19 @@ def test_the_pacer_lets_a_burst_through_then_paces_to_its_budget() -> None:
     assert done / (wall[0] - 5.0) == pytest.approx(0.01, rel=0.05)
 
 
+def test_a_debt_of_work_that_could_not_wait_holds_discretionary_work_back_one_longest_wait() -> None:
+    """Spooling during a 30-s outage is never delayed and can spend seconds of CPU on 1% of a
+    core: the reconnect and the replay after it then wait at most ``max_delay_s`` (the fault
+    harness found an agent that had not reconnected 34 s after the broker was back)."""
+    wall = [0.0]
+    cpu = [0.0]
+    pacer = CpuPacer(0.01, cpu_clock=lambda: cpu[0], wall_clock=lambda: wall[0], burst_s=30.0, max_delay_s=10.0)
+    assert pacer.delay() == 0.0
+    cpu[0] += 3.0  # 300 s of budget owed
+    assert pacer.delay() == pytest.approx(10.0)
+    wall[0] += 10.0
+    assert pacer.delay() == pytest.approx(0.0, abs=1e-9)
+
 def test_thread_cpu_without_per_thread_clock_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """macOS has no pthread_getcpuclockid: a thread's own readings are used, nothing crashes."""
     monkeypatch.delattr(time, "pthread_getcpuclockid")

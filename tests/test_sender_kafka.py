@@ -549,3 +549,30 @@ def test_a_full_disk_during_an_outage_loses_nothing_and_logs_once(
     stats = sender.stats()
     assert stats["memory_dropped_total"] == 0 and stats["dropped_total"] == 0 and stats["corrupt_total"] == 0
     sender.stop(5)
+
+
+def test_a_transport_over_its_budget_still_reconnects_and_replays(
+    kafka_broker: BrokerFactory, tmp_path: Path, senders: list[Sender],
+) -> None:
+    """The transport's budget delays discretionary work by at most one wait in a row: with a
+    budget no real work fits in (the spooling of an outage, which may not wait, keeps the bucket
+    empty), the sender still reconnects and replays after the broker is back. Before, it waited
+    for a full bucket that never came (the fault harness: nothing after a 30-s outage delivered)."""
+    broker = kafka_broker(durable=True)
+    create_topic(broker.bootstrap, TOPIC, partitions=2)
+    sender = Sender(settings(broker.bootstrap), tmp_path / "spool", spool_after_ms=200, transport_cpu_budget=1e-6)
+    senders.append(sender)
+    sender.start()
+    sampler = _streaming_then_paused(sender, 100.0, 50)
+    try:
+        broker.stop()
+        sampler.resume()
+        wait_for(lambda: not sender.connected, 15, "the sender to notice the outage")
+        time.sleep(OUTAGE_S)
+        broker.start()
+        wait_for(lambda: sender.stats()["replayed_total"] > 0, 45, "the replay, however tight the budget")
+    finally:
+        sampler.stop()
+    assert sender.flush(60), sender.stats()
+    check_delivery(consume_all(broker.bootstrap, TOPIC, sampler.count, timeout=30), range(sampler.count))
+    assert sender.stats()["paced_seconds_total"] > 0  # it did wait for the budget, once at a time
