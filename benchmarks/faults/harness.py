@@ -97,8 +97,15 @@ class CollectorProc:
     exits: int = 0  # times it exited by itself (restarted by the harness, as Kubernetes would)
     pids: list[int] = field(default_factory=list)
     _stopped: bool = False
+    # start/kill/stop and the supervisor's restart: one at a time (a restart racing a case's own
+    # kill-and-start once left two collectors running, one of them orphaned)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def start(self) -> CollectorProc:
+        with self._lock:
+            return self._start()
+
+    def _start(self) -> CollectorProc:
         self._stopped = False
         self.starts += 1
         with self.log.open("ab") as out:
@@ -113,20 +120,23 @@ class CollectorProc:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        self._stopped = True
-        _stop_process(self.proc, signal.SIGKILL)
+        with self._lock:
+            self._stopped = True
+            _stop_process(self.proc, signal.SIGKILL)
 
     def stop(self) -> None:
-        self._stopped = True
-        _stop_process(self.proc, timeout=40)
+        with self._lock:
+            self._stopped = True
+            _stop_process(self.proc, timeout=40)
 
     def supervise(self) -> None:
         """Restart it if it exited by itself (a crash loop is counted in ``exits``)."""
-        if self.proc is not None and not self._stopped and self.proc.poll() is not None:
-            self.exits += 1
-            with self.log.open("ab") as out:
-                out.write(f"==== exited by itself with {self.proc.returncode}\n".encode())
-            self.start()
+        with self._lock:
+            if self.proc is not None and not self._stopped and self.proc.poll() is not None:
+                self.exits += 1
+                with self.log.open("ab") as out:
+                    out.write(f"==== exited by itself with {self.proc.returncode}\n".encode())
+                self._start()
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
