@@ -16,8 +16,6 @@ import itertools
 import json
 from pathlib import Path
 
-import pytest
-
 from benchmarks.incidents.labelled import evaluate, score
 from collector.detect.replay import read_trace, replay
 
