@@ -57,7 +57,7 @@ def test_bad_input_database_restarts_and_an_empty_broker(shared: Shared) -> None
         broker = env.start_broker()
         collector = env.start_collector()
         for node in ("node-a", "node-b"):  # the same GPU UUIDs on two nodes, agents with identity headers
-            env.start_agent(node, seed=7, identity_headers=True, answer_keyframe_requests=True)
+            env.start_agent(node, seed=7)  # agents as shipped: identity headers, keyframe requests answered
         env.wait_stored()
         time.sleep(SMALL.warmup_s)
         env.inject([(os.urandom(5 << 20), [("type", b"frame")]), *_garbage(env)])
