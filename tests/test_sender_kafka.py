@@ -322,6 +322,16 @@ def test_normal_flow_delivers_every_message_once_in_key_order(
     assert spool.io_threads == {"gpuwatch-spool_0"}  # the sender's one spool worker did all disk I/O
 
 
+def _outage(broker: Any, sender: Sender, sampler: Sampler) -> dict[str, Any]:
+    """Stop the broker with no request in flight, let the sampler stream into the outage for
+    ``OUTAGE_S`` once the sender noticed it; the sender's stats at the end of it."""
+    broker.stop()
+    sampler.resume()
+    wait_for(lambda: not sender.connected, 15, "the sender to notice the outage")
+    time.sleep(OUTAGE_S)
+    return sender.stats()
+
+
 def test_outage_spools_and_replays_in_order_exactly_once(
     kafka_broker: BrokerFactory, tmp_path: Path, senders: list[Sender],
 ) -> None:
@@ -336,11 +346,7 @@ def test_outage_spools_and_replays_in_order_exactly_once(
     # a resend (at-least-once); that case is the kill test below.
     sampler = _streaming_then_paused(sender, 400.0, 300)
     try:
-        broker.stop()
-        sampler.resume()
-        wait_for(lambda: not sender.connected, 10, "the sender to notice the outage")
-        time.sleep(OUTAGE_S)
-        during = sender.stats()
+        during = _outage(broker, sender, sampler)
         assert during["spooled_total"] > 0 and during["spool_messages"] > 0, during
         broker.start()
         wait_for(lambda: sender.stats()["replayed_total"] > 0, 20, "replay after the broker's return")
@@ -565,10 +571,7 @@ def test_a_transport_over_its_budget_still_reconnects_and_replays(
     sender.start()
     sampler = _streaming_then_paused(sender, 100.0, 50)
     try:
-        broker.stop()
-        sampler.resume()
-        wait_for(lambda: not sender.connected, 15, "the sender to notice the outage")
-        time.sleep(OUTAGE_S)
+        _outage(broker, sender, sampler)
         broker.start()
         wait_for(lambda: sender.stats()["replayed_total"] > 0, 45, "the replay, however tight the budget")
     finally:
