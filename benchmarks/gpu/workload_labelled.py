@@ -45,7 +45,7 @@ from typing import Any
 
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
-          "launch": "launch_bound"}
+          "launch": "launch_bound", "drift": "throughput_drop"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -72,9 +72,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.10, "cpu_s": 0.10, "stall_steps": 1.5, "burners_per_core": 3, "leak_every_s": 2.0,
           "leak_gib": 0.5, "serve_period_s": 20.0, "launch_batch": 2000},
+    # "d": the third held-out run, written before this session's detector changes: two training
+    # jobs (a job stop and a new job start in between), a deep-ish evaluation pass, a mild stall
+    # (one step's wait: half the work), fewer CPU burners (2 per core), and in the second job a
+    # slow drift (each step waits a little longer for 70 s, then holds at 1.5 steps' wait) and a
+    # small leak; no serving
+    "d": {"train": (("train", 40.0), ("eval", 20.0), ("train", 15.0), ("checkpoint", 8.0), ("train", 12.0),
+                    ("stall", 80.0), ("train", 12.0), ("contention", 60.0)),
+          "train2": (("train", 35.0), ("drift", 120.0), ("train", 12.0), ("leak", 60.0)),
+          "tools": (),
+          "gpu_s": 0.07, "cpu_s": 0.05, "stall_steps": 1.0, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.5, "serve_period_s": 20.0, "launch_batch": 2000, "drift_steps": 1.5, "drift_ramp_s": 70.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
+TRAIN2: tuple[tuple[str, float], ...] = V.get("train2", ())  # a second training job, if any
 TOOLS: tuple[tuple[str, float], ...] = V["tools"]
 GIB = 1024**3
 
@@ -85,7 +97,7 @@ def mark(marks: Path, phase: str) -> None:
 
 
 # ---- the jobs (each runs in its own process) ----
-def _train(marks: Path) -> None:
+def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
     import torch
 
     dev = torch.device("cuda")
@@ -127,9 +139,10 @@ def _train(marks: Path) -> None:
     kept: list[torch.Tensor] = []
     tiny = torch.zeros(1, device=dev)
     burners: list[subprocess.Popen[bytes]] = []
-    for phase, seconds in TRAIN:
+    for phase, seconds in phases:
         mark(marks, phase)
-        end = time.time() + seconds * SCALE
+        began = time.time()
+        end = began + seconds * SCALE
         if phase == "contention":
             spin = f"import time\nend = {end}\nwhile time.time() < end:\n    pass\n"
             burners = [subprocess.Popen([sys.executable, "-c", spin])
@@ -145,6 +158,10 @@ def _train(marks: Path) -> None:
             elif phase == "stall":  # waiting on input: one step, then some steps' time for the next batch
                 gpu_work(prepare(), matmuls)
                 time.sleep(V["stall_steps"] * step_s)
+            elif phase == "drift":  # each step waits a little longer (a growing input backlog), then holds
+                gpu_work(prepare(), matmuls)
+                grown = min(1.0, (time.time() - began) / (V["drift_ramp_s"] * SCALE))
+                time.sleep(V["drift_steps"] * grown * step_s)
             elif phase == "bigbatch":  # the batch grows by half: more work per step (normal)
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
@@ -204,7 +221,11 @@ def _tools(marks: Path) -> None:
             torch.cuda.empty_cache()
 
 
-JOBS = {"train": _train, "tools": _tools}
+def _train2(marks: Path) -> None:
+    _train(marks, TRAIN2)
+
+
+JOBS = {"train": _train, "tools": _tools, "train2": _train2}
 
 
 # ---- the run ----
@@ -214,6 +235,8 @@ def run(labels_path: Path) -> dict[str, Any]:
     plan: list[tuple[str, float]] = [("idle", 5.0), ("train", 0.0), ("idle", 3.0), ("tools", 0.0), ("idle", 5.0)]
     if not TOOLS:
         plan = [("idle", 5.0), ("train", 0.0), ("idle", 5.0)]
+    if TRAIN2:  # a job stops, the GPU idles, a new job starts
+        plan = [("idle", 5.0), ("train", 0.0), ("idle", 4.0), ("train2", 0.0), ("idle", 5.0)]
     for what, seconds in plan:
         if what == "idle":
             mark(marks, "idle")
