@@ -2,10 +2,11 @@
 
 Why: the all-files score (benchmarks/nab/run.py) picks the threshold, and the parameters
 were picked, by looking at the very files it is scored on. Here, for each of ``--splits``
-random halvings of the 58 files, the number of bins (from ``--bins``) and the threshold
-are chosen by the sweep on one half, and the standard-profile score of the *other* half
-at that choice is recorded; the report is the mean (and range) of those held-out scores,
-next to the all-files score and the in-sample score of the chosen half. Run::
+random halvings of the 58 files, the detector's parameters (every combination of
+``--bins``, ``--blocks`` and ``--escape``) and the threshold are chosen by the sweep on one
+half, and the standard-profile score of the *other* half at that choice is recorded; the
+report is the mean (and range) of those held-out scores, next to the all-files score of
+each combination and the in-sample score of the chosen half. Run::
 
     .venv/bin/python benchmarks/nab/heldout.py --json docs/bench-runs/nab-heldout.json
 """
@@ -13,12 +14,13 @@ next to the all-files score and the in-sample score of the chosen half. Run::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
@@ -30,13 +32,25 @@ from collector.detect.univariate import UnivariateDetector
 STANDARD = PROFILES[0]
 
 
-def file_scores(nab: Path, bins: int) -> dict[str, tuple[list[Point], int]]:
+class Params(NamedTuple):
+    """One combination of the grid."""
+
+    bins: int
+    blocks: tuple[int, ...]
+    escape_power: float
+
+    def label(self) -> str:
+        return f"bins={self.bins} blocks={'+'.join(map(str, self.blocks))} escape={self.escape_power}"
+
+
+def file_scores(nab: Path, params: Params) -> dict[str, tuple[list[Point], int]]:
     """Each file's scorable points (window ids local to the file) and its window count."""
     windows_all = json.loads((nab / "labels" / "combined_windows.json").read_text())
     out = {}
     for name in sorted(windows_all):
         stamps, values = load(nab / "data" / name)
-        det = UnivariateDetector(min(values), max(values), probation_rows(len(values)), bins=bins)
+        det = UnivariateDetector(min(values), max(values), probation_rows(len(values)), bins=params.bins,
+                                 blocks=params.blocks, escape_power=params.escape_power)
         scores = [det.update(v) for v in values]
         spans = [(a.split(".")[0], b.split(".")[0]) for a, b in windows_all[name]]
         pts, _ = file_points(stamps, scores, spans, 0)
@@ -54,24 +68,24 @@ def pooled(files: dict[str, tuple[list[Point], int]], names: list[str]) -> tuple
     return points, windows
 
 
-def run(nab: Path, bins: list[int], splits: int, seed: int) -> dict[str, Any]:
-    per_bins = {b: file_scores(nab, b) for b in bins}
-    names = sorted(next(iter(per_bins.values())))
-    all_files = {b: sweep(*pooled(per_bins[b], names), STANDARD).score for b in bins}
+def run(nab: Path, grid: list[Params], splits: int, seed: int) -> dict[str, Any]:
+    per_params = {k: file_scores(nab, k) for k in grid}
+    names = sorted(next(iter(per_params.values())))
+    all_files = {k: sweep(*pooled(per_params[k], names), STANDARD).score for k in grid}
     rng = random.Random(seed)
     rows = []
     for _ in range(splits):
         shuffled = names[:]
         rng.shuffle(shuffled)
         a, b = shuffled[: len(names) // 2], shuffled[len(names) // 2:]
-        best = max(((sweep(*pooled(per_bins[k], a), STANDARD), k) for k in bins), key=lambda x: x[0].score)
+        best = max(((sweep(*pooled(per_params[k], a), STANDARD), k) for k in grid), key=lambda x: x[0].score)
         chosen, k = best
-        held = score_at(*pooled(per_bins[k], b), STANDARD, chosen.threshold)
-        rows.append({"bins": k, "threshold": chosen.threshold, "tuned_half": round(chosen.score, 1),
+        held = score_at(*pooled(per_params[k], b), STANDARD, chosen.threshold)
+        rows.append({"params": k.label(), "threshold": chosen.threshold, "tuned_half": round(chosen.score, 1),
                      "held_out_half": round(held.score, 1)})
     held_scores = [r["held_out_half"] for r in rows]
-    return {"files": len(names), "bins_grid": bins, "splits": splits, "seed": seed,
-            "all_files_standard": {str(k): round(v, 1) for k, v in all_files.items()},
+    return {"files": len(names), "grid": [k.label() for k in grid], "splits": splits, "seed": seed,
+            "all_files_standard": {k.label(): round(v, 1) for k, v in all_files.items()},
             "held_out_mean": round(statistics.mean(held_scores), 1), "held_out_min": min(held_scores),
             "held_out_max": max(held_scores),
             "tuned_half_mean": round(statistics.mean(r["tuned_half"] for r in rows), 1), "rows": rows}
@@ -80,15 +94,20 @@ def run(nab: Path, bins: list[int], splits: int, seed: int) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--nab", type=Path, default=Path("/work/shared/datasets/nab"))
-    p.add_argument("--bins", default="20,24,28,32", help="the grid of bin counts chosen from on each half")
+    p.add_argument("--bins", default="24,28", help="the bin counts chosen from on each half")
+    p.add_argument("--blocks", default="8+32,16+64", help="the sets of block lengths chosen from on each half")
+    p.add_argument("--escape", default="0.25,0.5", help="the escape powers chosen from on each half")
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--seed", type=int, default=17)
     p.add_argument("--json", help="write the result here")
     args = p.parse_args()
-    out = run(args.nab, [int(b) for b in args.bins.split(",")], args.splits, args.seed)
+    grid = [Params(int(b), tuple(int(k) for k in blocks.split("+")), float(e)) for b, blocks, e in
+            itertools.product(args.bins.split(","), args.blocks.split(","), args.escape.split(","))]
+    out = run(args.nab, grid, args.splits, args.seed)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    print(f"all files (threshold chosen on them): {out['all_files_standard']}")
+    for label, score in out["all_files_standard"].items():
+        print(f"all files (threshold chosen on them), {label}: {score}")
     print(f"held out, {out['splits']} splits: mean {out['held_out_mean']} (range {out['held_out_min']}-"
           f"{out['held_out_max']}); the halves they were chosen on: {out['tuned_half_mean']}")
     return 0

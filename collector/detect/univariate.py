@@ -7,15 +7,23 @@ that made CAD OSE strong on NAB: an anomaly is a *context* the series has never 
 * **novelty**: the value lies outside the range seen so far (scored by how far);
 * **context**: the value's quantile bin, the pair of the last two bins, or the triple of
   the last three, was never seen before. A never-seen value bin weighs most, a never-seen
-  triple least. Each weight is discounted by how often new contexts of that length have
-  been appearing lately (an exponentially weighted rate), so a noisy series that keeps
-  producing new contexts is not alarming, while a regular one that suddenly does is.
+  triple least. Each weight is discounted twice: by how often new contexts of that length
+  have been appearing lately (an exponentially weighted rate), so a noisy series that
+  keeps producing new contexts is not alarming while a regular one that suddenly does is;
+  and by how well its prefix is known (the escape estimate ``c / (c + t + 1)`` of a
+  prefix seen ``c`` times with ``t`` distinct successors), so a new successor of a bin
+  seen a thousand times with two successors is news, one of a bin seen twice is not;
+* **slow contexts**: the same context model over the means of consecutive blocks of
+  ``blocks`` values (8 and 32 by default): a level that settles where it never stayed,
+  or a rhythm that changes (a daily peak that flattens), is a never-seen *block* context
+  although every single value and every pair of values was seen before.
 
-The score is the larger of the two, in [0, 1]. An anomaly is an onset: a score is
+The score is the largest of these, in [0, 1]. An anomaly is an onset: a score is
 reported only when it exceeds everything of the last ``refractory`` steps (0 otherwise),
 so one incident gives one detection (``raw`` keeps the score before that gating, for callers
-that gate onsets their own way). The windowed-Gaussian surprise and relative-entropy
-parts we also tried lowered the NAB score (docs/benchmarks.md), so they are not here.
+that gate onsets their own way). Memory per series is the fixed context tables (at most
+``bins`` cubed keys per model) plus a few numbers; an update costs a few dictionary
+look-ups. What was tried and dropped is in docs/benchmarks.md (NAB).
 """
 
 from __future__ import annotations
@@ -24,12 +32,66 @@ import math
 from collections import deque
 
 
+class _Contexts:
+    """Never-seen contexts of one stream of bin ids: the last 1, 2, ... bins."""
+
+    __slots__ = ("alpha", "distinct", "escape_power", "rarity_power", "rate", "recent", "tables", "total", "weights")
+
+    def __init__(self, weights: tuple[float, ...], alpha: float, rarity_power: float, escape_power: float) -> None:
+        self.weights = weights
+        self.alpha = alpha
+        self.rarity_power = rarity_power
+        self.escape_power = escape_power
+        self.recent: deque[int] = deque(maxlen=len(weights))
+        self.tables: list[dict[tuple[int, ...], int]] = [{} for _ in weights]  # context -> times seen
+        self.distinct: list[dict[tuple[int, ...], int]] = [{} for _ in weights]  # prefix -> distinct successors
+        self.rate = [0.0 for _ in weights]
+        self.total = 0
+
+    def step(self, b: int) -> float:
+        """Fold bin ``b`` in; the weight of the shortest never-seen context it ends (0 if none)."""
+        self.recent.append(b)
+        recent = tuple(self.recent)
+        score = 0.0
+        for length in range(1, len(recent) + 1):
+            table = self.tables[length - 1]
+            key = recent[-length:]
+            seen = table.get(key, 0)
+            rate = self.rate[length - 1]
+            if seen == 0:
+                prefix = key[:-1]
+                successors = self.distinct[length - 1]
+                t = successors.get(prefix, 0)
+                if score == 0.0:
+                    c = self.tables[length - 2].get(prefix, 0) if length > 1 else self.total
+                    escape = c / (c + t + 1.0)
+                    score = self.weights[length - 1] * (1.0 - rate) ** self.rarity_power * escape ** self.escape_power
+                successors[prefix] = t + 1
+            self.rate[length - 1] = rate + self.alpha * ((1.0 if seen == 0 else 0.0) - rate)
+            table[key] = seen + 1
+        self.total += 1
+        return score
+
+
+class _Blocks:
+    """The context model over the means of consecutive blocks of ``size`` values."""
+
+    __slots__ = ("ctx", "n", "size", "total")
+
+    def __init__(self, size: int, ctx: _Contexts) -> None:
+        self.size = size
+        self.ctx = ctx
+        self.total = 0.0
+        self.n = 0
+
+
 class UnivariateDetector:
     """Feed values in order with :meth:`update`; ``input_min``/``input_max`` scale the bins
     (NAB hands every detector these), ``probation`` is how many values to learn from first."""
 
     def __init__(self, input_min: float, input_max: float, probation: int, *, bins: int = 24,
                  ctx_weights: tuple[float, ...] = (0.9, 0.75, 0.6), rarity_power: float = 4.0,
+                 escape_power: float = 0.25, blocks: tuple[int, ...] = (8, 32),
                  refractory: int | None = None) -> None:
         span = input_max - input_min
         self.lo = input_min
@@ -37,17 +99,17 @@ class UnivariateDetector:
         self.probation = probation
         self.refractory = refractory if refractory is not None else max(10, probation // 3)
         self.bins = bins
-        self.ctx_weights = ctx_weights
-        self.rarity_power = rarity_power
-        self.alpha = 2.0 / (max(probation, 20) + 1)
+        self.ctx = _Contexts(ctx_weights, 2.0 / (max(probation, 20) + 1), rarity_power, escape_power)
+        self.blocks = [_Blocks(k, _Contexts(ctx_weights, 2.0 / (max(probation // k, 10) + 1), rarity_power,
+                                            escape_power)) for k in blocks]
         self.n = 0
         self.seen_min = math.inf
         self.seen_max = -math.inf
-        self.recent: deque[int] = deque(maxlen=len(ctx_weights))
-        self.tables: list[dict[tuple[int, ...], int]] = [{} for _ in ctx_weights]
-        self.new_rate = [0.0 for _ in ctx_weights]
-        self.past: deque[float] = deque(maxlen=self.refractory)
+        self.past: deque[tuple[int, float]] = deque()  # (step, score), scores decreasing: the window's maximum first
         self.raw = 0.0  # the last value's score before onset gating (0 during probation)
+
+    def _bin(self, x: float) -> int:
+        return min(self.bins - 1, max(0, int(x * self.bins)))
 
     def update(self, value: float) -> float:
         """The anomaly score of this value, in [0, 1] (0 during probation and between onsets)."""
@@ -58,24 +120,23 @@ class UnivariateDetector:
             beyond = max(x - self.seen_max, self.seen_min - x, 0.0) / rng
             if beyond > 0:
                 score = min(1.0, 0.5 + 5.0 * beyond)
-        self.recent.append(min(self.bins - 1, max(0, int(x * self.bins))))
-        recent = tuple(self.recent)
-        ctx = 0.0
-        for length, (weight, table) in enumerate(zip(self.ctx_weights, self.tables, strict=True), start=1):
-            if len(recent) < length:
-                break
-            key = recent[-length:]
-            seen = table.get(key, 0)
-            rate = self.new_rate[length - 1]
-            if seen == 0 and ctx == 0.0:
-                ctx = weight * (1.0 - rate) ** self.rarity_power
-            self.new_rate[length - 1] = rate + self.alpha * ((1.0 if seen == 0 else 0.0) - rate)
-            table[key] = seen + 1
+        ctx = self.ctx.step(self._bin(x))
+        for blk in self.blocks:
+            blk.total += x
+            blk.n += 1
+            if blk.n == blk.size:
+                ctx = max(ctx, blk.ctx.step(self._bin(blk.total / blk.size)))
+                blk.total, blk.n = 0.0, 0
         if self.n >= self.probation:
             score = max(score, ctx)
         self.seen_min, self.seen_max = min(self.seen_min, x), max(self.seen_max, x)
+        past = self.past
+        onset = score if (not past or score > past[0][1]) else 0.0
+        while past and past[-1][1] <= score:
+            past.pop()
+        past.append((self.n, score))
+        if past[0][0] <= self.n - self.refractory:
+            past.popleft()
         self.n += 1
         self.raw = score if self.n > self.probation else 0.0
-        onset = score if (not self.past or score > max(self.past)) else 0.0
-        self.past.append(score)
         return onset if self.n > self.probation else 0.0

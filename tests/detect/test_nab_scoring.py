@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -57,3 +58,14 @@ def test_univariate_detector_flags_the_onset_of_a_level_shift_once() -> None:
     assert max(scores[:1000]) < 0.5
     assert scores[1000] > 0.9
     assert sum(1 for s in scores[1001:] if s > 0.5) <= 1
+
+
+def test_univariate_detector_flags_a_rhythm_that_stops_although_every_value_was_seen() -> None:
+    # a noisy wave, then the same noise around its middle: each value, pair and triple of
+    # values was seen at the wave's crossings; only the slow (block-mean) contexts are new
+    rng = random.Random(5)
+    values = [10 * math.sin(2 * math.pi * i / 64) + rng.gauss(0, 0.5) for i in range(2000)]
+    values += [rng.gauss(0, 0.5) for _ in range(200)]
+    det = UnivariateDetector(min(values), max(values), probation_rows(len(values)))
+    scores = [det.update(v) for v in values]
+    assert max(scores[2000:2016]) > max(scores[1000:2000]) + 0.1
