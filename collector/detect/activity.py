@@ -13,7 +13,7 @@ is told from behaviour):
   one whose samples come in bursts (``BURSTY``: a step runs whenever a batch arrives,
   then the GPU waits) is a job waiting for work: 60 s. A smooth fall to a new, lower
   plateau is what an evaluation or validation pass looks like (forward passes, less
-  work per second): it must outlast ``smooth_hold_s`` (2 minutes) unless it is deep or
+  work per second): it must outlast ``smooth_hold_s`` (90 s) unless it is deep or
   bursty. When every GPU of a multi-GPU pod fell together (evaluation and checkpoints
   pause the whole job at once): 150 s. Longer still when the job has already recovered
   from dips this deep and the fall comes on the job's rhythm (level.py).
@@ -55,7 +55,6 @@ RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its le
 BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
 DEEP = 0.3  # a fall below this fraction of the level: the GPU mostly waits
-BURSTY = 0.2  # samples of a fall that vary this much about their mean (or 2.5x the plateau's): bursts
 _CHANGE_WINDOW_S = 180.0
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
@@ -243,7 +242,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     if is_open:
         return _finding(st, ts, cfg, pod_peers, svc_peers, False)
     depth = lv.episode_depth()
-    waits = depth <= DEEP or lv.episode_variation() >= max(BURSTY, 2.5 * lv.noise)
+    waits = depth <= DEEP or lv.bursty()
     if lv.ep_mode == "step":
         hold = cfg.demand_hold_s
     elif pod_wide:

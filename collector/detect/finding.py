@@ -51,7 +51,7 @@ class DetectorConfig:
     drop_ratio: float = 0.6  # a steady workload's SM activity below this fraction of its level is a fall
     step_ratio: float = 0.65  # a demand-driven one's below this fraction of where it just was is a step
     steady_hold_s: float = 60.0  # a steady workload's fall on one GPU, deep or in bursts, must outlast this
-    smooth_hold_s: float = 120.0  # ... and a smooth fall to a new plateau (an evaluation pass?)
+    smooth_hold_s: float = 90.0  # ... and a smooth fall to a new plateau (an evaluation pass?): issue 17 asks 90 s
     pod_hold_s: float = 150.0  # ... and a fall shared by every GPU of a multi-GPU pod (evaluation, checkpoint?)
     demand_hold_s: float = 25.0  # a demand-driven workload's unexplained step must stay down this long
     accept_after_s: float = 1800.0  # a fall that lasts this long is the workload's new normal

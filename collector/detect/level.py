@@ -71,6 +71,7 @@ NOISY = 0.15  # per-sample variation (relative) above which a plateau is request
 NOISE_SLACK = 1.5
 PHASE_MIB = 2048.0
 PHASE_FRACTION = 0.15
+BURSTY = 0.2  # samples of a fall that vary this much about their mean (or 2.5x the plateau's): bursts
 DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
 RECOVER_S = 10.0  # a fall ends when activity has been back this long
 ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
@@ -100,7 +101,7 @@ class ActivityLevel:
 
     __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
                  "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused",
-                 "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_run", "ep_run_dip", "ep_start", "ep_sum", "ep_up",
+                 "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_runs", "ep_start", "ep_sum", "ep_up",
                  "fast", "fast_ts", "fb_level", "jitter", "last", "level", "noise", "noises", "phase_ts",
                  "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "since", "slow", "sorted",
                  "spread", "steady", "tight", "zero_since")
@@ -140,7 +141,8 @@ class ActivityLevel:
         self._anchor = -1.0  # computed when asked (step_anchor; -1: not yet)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
-        self.dips: deque[tuple[float, float, float]] = deque(maxlen=8)  # (start, depth: SM / reference, seconds)
+        # (start, depth: SM / reference, seconds, whether its samples came in bursts)
+        self.dips: deque[tuple[float, float, float, bool]] = deque(maxlen=8)
         # the fall being judged, if any: reference level, since when, how, whether it came within seconds;
         # its samples' sum, count, last one and the sum of the changes between them; its blocks' depths
         self.ep_ref = 0.0
@@ -155,8 +157,7 @@ class ActivityLevel:
         self.ep_up = -1.0  # since when activity is back above the fall's end ratio (-1: it is not)
         # seconds of the fall excused as known dips, and the current run of blocks like one of them
         self.ep_excused = 0.0
-        self.ep_run = 0.0
-        self.ep_run_dip = -1
+        self.ep_runs: dict[int, float] = {}
 
     def idle(self, ts: float) -> bool:
         """No SM activity at all for ``IDLE_S``: an idle GPU, not a starved job (whose activity
@@ -366,14 +367,15 @@ class ActivityLevel:
         self.ep_ref, self.ep_start, self.ep_mode, self.ep_abrupt = ref, ts, mode, abrupt
         self.ep_sum, self.ep_dsum, self.ep_n, self.ep_up = 0.0, 0.0, 0, -1.0
         self.ep_blocks = []
-        self.ep_excused, self.ep_run, self.ep_run_dip = 0.0, 0.0, -1
+        self.ep_excused = 0.0
+        self.ep_runs = {}
 
     def recovered(self, ts: float, ratio: float) -> bool:
         """Whether activity has been back above ``ratio`` of the fall's reference for ``RECOVER_S``
-        (a burst of a bursty stall is not a recovery; a demand-driven workload's slow mean must be
-        back too, so one sample of request noise is not one either)."""
+        (a burst of a bursty stall is not a recovery: in a fall that comes in bursts, as in a
+        demand-driven workload's under request noise, the slow mean must be back too)."""
         floor = ratio * self.ep_ref
-        if self.fast < floor or (self.ep_mode != "steady" and self.slow < floor):
+        if self.fast < floor or ((self.ep_mode != "steady" or self.bursty()) and self.slow < floor):
             self.ep_up = -1.0
             return False
         if self.ep_up < 0:
@@ -395,7 +397,7 @@ class ActivityLevel:
             ts = self.ep_up  # it ended when activity came back
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
-            self.dips.append((self.ep_start, depth, ts - self.ep_start))
+            self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty()))
         self.ep_ref = 0.0
         self.ep_mode = ""
         self.ep_n = 0
@@ -403,6 +405,11 @@ class ActivityLevel:
 
     def episode_depth(self) -> float:
         return self.ep_sum / self.ep_n / self.ep_ref if self.ep_n else 1.0
+
+    def bursty(self) -> bool:
+        """Whether the fall's samples come in bursts (a step runs whenever a batch arrives, then
+        the GPU waits), beyond the plateau's own noise."""
+        return self.episode_variation() >= max(BURSTY, 2.5 * self.noise)
 
     def episode_variation(self) -> float:
         """How much the fall's samples vary from one to the next, relative to their mean (about their
@@ -418,33 +425,35 @@ class ActivityLevel:
         return ts - self.ep_start - self.ep_excused
 
     def _excuse(self, depth: float, start: float, span: float) -> None:
-        """Fold one block of the fall in: time in a run of blocks like one of the job's dips, no
-        longer than that dip may last (``dip_allowance``), is excused; a run that overruns is
-        not excused at all. So a checkpoint running into an evaluation is two known dips,
-        while a stall of a depth the job never recovered from is judged by its whole length."""
+        """Fold one block of the fall in: time in blocks like one of the job's dips, no longer in
+        all than that dip may last (``dip_allowance``), is excused; once the fall has spent longer
+        like it, none of that time is. So a checkpoint running into an evaluation is two known
+        dips, while a stall of a depth the job never recovered from is judged by its whole
+        length, and so is a bursty stall whose blocks are like a known dip only now and then
+        (counted per run of blocks, each burst would start the dip's allowance anew)."""
         if len(self.ep_blocks) < 64:
             self.ep_blocks.append(depth)
         dip, allowance = self._like(depth, start)
         if dip < 0:
-            self.ep_run_dip, self.ep_run = -1, 0.0
             return
-        if dip != self.ep_run_dip:
-            self.ep_run_dip, self.ep_run = dip, 0.0
-        self.ep_run += span
-        if self.ep_run <= allowance:
+        spent = self.ep_runs.get(dip, 0.0) + span
+        self.ep_runs[dip] = spent
+        if spent <= allowance:
             self.ep_excused += span
-        elif self.ep_run - span <= allowance:
-            self.ep_excused -= self.ep_run - span  # this run overran its dip: none of it is excused
+        elif spent - span <= allowance:
+            self.ep_excused -= spent - span  # it overran its dip: none of its time is excused
 
     def _like(self, depth: float, start: float) -> tuple[int, float]:
         """The known dip a block this deep at ``start`` is like (-1 if none), and how long such a
         run may last: 1.2 times the longest dip like it, plus 15 s. Alike means within 0.05 or a
-        quarter of the deeper one's depth. Once two such dips give the job's period (evaluation
-        every N steps), only a run that begins on that rhythm (within 10% of the period, at
-        least a minute) is allowed."""
+        quarter of the deeper one's depth, and of the same character (a smooth evaluation pass
+        says nothing about a fall that comes in bursts, nor the other way round). Once two such
+        dips give the job's period (evaluation every N steps), only a run that begins on that
+        rhythm (within 10% of the period, at least a minute) is allowed."""
         best, longest, last, prev = -1, 0.0, -1.0, -1.0
-        for i, (t, d, seconds) in enumerate(self.dips):
-            if abs(d - depth) <= max(0.05, 0.25 * max(d, depth)):
+        bursts = self.bursty()
+        for i, (t, d, seconds, bursty) in enumerate(self.dips):
+            if bursty == bursts and abs(d - depth) <= max(0.05, 0.25 * max(d, depth)):
                 best = i
                 longest = max(longest, seconds)
                 prev, last = last, t

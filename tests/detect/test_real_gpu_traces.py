@@ -6,8 +6,8 @@
   quarter duty cycle, ``stall``), then training that keeps 1 GiB more every 2 s
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
-  every normal phase and incident of benchmarks/gpu/workload_labelled.py; skipped until the
-  recording is committed.
+  every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
+  variants b, c and d (``h200-labelled-<v>.jsonl``) recorded as held-out traces.
 """
 
 from __future__ import annotations
@@ -71,23 +71,38 @@ def test_the_labelled_h200_trace_every_incident_found_nothing_on_normal_phases()
     assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
 
 
-def test_the_held_out_trace_b_raises_nothing_on_its_normal_phases() -> None:
-    """Variant b, scored once before any change and not tuned on since: its incidents are shorter
-    than the detectors' stated waits (docs/gpu-validation.md), so only its normal phases,
-    a batch-size change and a checkpoint among them, are held to account here."""
+def test_the_trace_b_drops_found_nothing_on_its_normal_phases() -> None:
+    """Variant b, scored held out at 0 of 4; then looked at. Its two drops (55 s each) are found
+    since a fall in bursts needs its slow mean back to end and a known dip no longer excuses it
+    burst by burst (docs/gpu-validation.md); its leak (41 s) and launch-bound phase (70 s) are
+    shorter than those detectors' stated waits. Its normal phases, a batch-size change and a
+    checkpoint among them, stay quiet."""
     trace = DATA / "h200-labelled-b.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and result["normal_phases"] == 16
     assert result["false"] == []
+    found = {i["phase"] for i in result["incidents"] if i["found"]}
+    assert found == {"contention", "stall"}
 
 
-def test_the_held_out_trace_c_leak_and_launch_bound_found_nothing_on_normal_phases() -> None:
-    """Variant c, scored once held out (1 of 3); the launch-bound rule changed after (SM activity
-    read without the smoothing lag). Its stall, a smooth 66% fall for 90 s, is not found: a smooth
-    fall to a new plateau waits 2 minutes, as a fine-tuning job's first evaluation pass reads the
-    same (docs/benchmarks.md, issue 17)."""
+def test_the_trace_c_every_incident_found_nothing_on_normal_phases() -> None:
+    """Variant c, scored held out at 1 of 3; then looked at. Its stall, a smooth 66% fall for
+    90 s, is found once a smooth fall of a steady job has lasted 90 s (issue 17)."""
     trace = DATA / "h200-labelled-c.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and result["false"] == []
-    found = {i["phase"]: i["latency_s"] for i in result["incidents"] if i["found"]}
-    assert set(found) == {"leak", "launch"}
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
+
+
+def test_the_held_out_trace_d_leak_found_nothing_on_normal_phases() -> None:
+    """Variant d, recorded before this round's changes and scored only after them: 1 of 4 (the
+    leak). Its three drops are missed: the lone job's plateau, broken every 12-40 s by an
+    evaluation, a checkpoint or an incident, never read as tight, so it was judged as a job of
+    unknown kind (only a step counts; a fall to 0.06 reads as a drained replica). Held to
+    account here: its normal phases (an evaluation pass, a checkpoint, a job stop and a new
+    job's start) stay quiet and the leak is found (docs/gpu-validation.md)."""
+    trace = DATA / "h200-labelled-d.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["normal_phases"] == 13
+    assert result["false"] == []
+    assert {i["phase"] for i in result["incidents"] if i["found"]} == {"leak"}
