@@ -45,7 +45,7 @@ from typing import Any
 
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
-          "launch": "launch_bound", "drift": "throughput_drop"}
+          "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -83,6 +83,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.07, "cpu_s": 0.05, "stall_steps": 1.0, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.5, "serve_period_s": 20.0, "launch_batch": 2000, "drift_steps": 1.5, "drift_ramp_s": 70.0},
+    # "e": the fourth held-out run, written before the detector changes of the session that
+    # recorded it: a deeper stall (2.5 steps' wait), an input pipeline that stalls in bursts
+    # ("hiccup": 3 s of steps, then 4 s waiting for the loader's workers), contention from 3
+    # burners per core, launch-bound inside the training job, then a faster leak; one job, no
+    # serving, another step shape (more GPU than CPU per step)
+    "e": {"train": (("train", 45.0), ("eval", 8.0), ("train", 15.0), ("checkpoint", 6.0), ("train", 12.0),
+                    ("stall", 60.0), ("train", 12.0), ("hiccup", 70.0), ("train", 12.0), ("contention", 65.0),
+                    ("train", 10.0), ("launch", 80.0), ("train", 8.0), ("leak", 40.0)),
+          "tools": (),
+          "gpu_s": 0.09, "cpu_s": 0.06, "stall_steps": 2.5, "burners_per_core": 3, "leak_every_s": 2.5,
+          "leak_gib": 1, "serve_period_s": 15.0, "launch_batch": 500, "hiccup_run_s": 3.0, "hiccup_wait_s": 4.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -162,6 +173,11 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 gpu_work(prepare(), matmuls)
                 grown = min(1.0, (time.time() - began) / (V["drift_ramp_s"] * SCALE))
                 time.sleep(V["drift_steps"] * grown * step_s)
+            elif phase == "hiccup":  # the loader's workers fall behind: bursts of steps, then a wait
+                if (time.time() - began) % (V["hiccup_run_s"] + V["hiccup_wait_s"]) < V["hiccup_run_s"]:
+                    gpu_work(prepare(), matmuls)
+                else:
+                    time.sleep(0.05)
             elif phase == "bigbatch":  # the batch grows by half: more work per step (normal)
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
