@@ -94,6 +94,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.09, "cpu_s": 0.06, "stall_steps": 2.5, "burners_per_core": 3, "leak_every_s": 2.5,
           "leak_gib": 1, "serve_period_s": 15.0, "launch_batch": 500, "hiccup_run_s": 3.0, "hiccup_wait_s": 4.0},
+    # "f": the fifth held-out run, written after e had been scored and looked at, and recorded once
+    # the detectors of that session were final: every incident longer than the detectors' stated
+    # waits, with 25 s of training between incidents (so each can recover): a smooth stall (1.3
+    # steps' wait) for 95 s, 2 burners per core for 75 s, launch-bound in the job for 105 s
+    # (3,000 tiny kernels per sync), a leak of 0.75 GiB every 2 s for 55 s; a GPU-heavier step
+    "f": {"train": (("train", 35.0), ("eval", 10.0), ("train", 20.0), ("checkpoint", 8.0), ("train", 25.0),
+                    ("stall", 95.0), ("train", 25.0), ("contention", 75.0), ("train", 25.0), ("launch", 105.0),
+                    ("train", 25.0), ("leak", 55.0)),
+          "tools": (),
+          "gpu_s": 0.11, "cpu_s": 0.04, "stall_steps": 1.3, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.75, "serve_period_s": 15.0, "launch_batch": 3000},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
