@@ -77,13 +77,15 @@ def _pids(st: GpuState) -> str:
 
 def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
     """``steady`` or ``step`` once behaviour says which (10 minutes of it). Before, a GPU with
-    no other replicas in its service that has held a tight plateau for 40 s is taken for a
-    steady job (a lone training process on a bare host: a fall is reported within 90 s);
-    any other is judged by the stricter of both rules (``unsure``: only a step counts, and
-    it must last as long as a steady job's fall)."""
+    no other replicas in its service that has held a tight plateau for 40 s, or one it leaves
+    only in dips with calm samples (``calm``: each second's work alike, as a step loop's is,
+    though its blocks wander with the speed of its input: the real H200 trace d), is taken
+    for a steady job (a lone training process on a bare host: a fall is reported within
+    90 s); any other is judged by the stricter of both rules (``unsure``: only a step counts,
+    and it must last as long as a steady job's fall)."""
     if lv.steady is not None:
         return "steady" if lv.steady else "step"
-    return "steady" if lv.tight and not svc_peers else "unsure"
+    return "steady" if (lv.tight or lv.calm) and not svc_peers else "unsure"
 
 
 def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool:

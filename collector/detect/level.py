@@ -26,7 +26,9 @@ step's time is regular: the real H200 training loop read a per-sample variation 
 in discrete dips. A *demand-driven* workload (serving) moves with its traffic: smooth
 waves that make its blocks differ far more than their noise, and request-level (Poisson)
 noise of 20% and more per sample. ``tight`` says whether that rule holds over the last
-``EARLY_S`` seconds of work at the plateau (enough for a lone process's first minute);
+``EARLY_S`` seconds of work at the plateau (enough for a lone process's first minute), and
+``calm`` whether it spent them on a plateau it leaves only in dips with per-sample noise
+below ``CALM`` (its blocks may wander: the speed of a job's input varies);
 the verdict ``steady`` is given after 10 minutes of work since the plateau was first
 reached (a start-up of minutes says nothing), and the caller adds a prior before it (a
 GPU with other replicas in its service is not yet known to be steady). A serving replica
@@ -52,7 +54,7 @@ from collections import deque
 BLOCK_S = 5.0
 WINDOW_BLOCKS = 360  # 30 minutes of blocks
 WARMUP_S = 10.0
-ESTABLISH_S = 45.0
+ESTABLISH_S = 30.0
 IDLE = 0.05  # below this SM activity the GPU idles: not a working level
 ZERO = 0.002  # below this SM activity no kernel runs at all (an idle GPU, not a slower one)
 IDLE_S = 10.0  # ... and it is idle once no activity was read for this long
@@ -68,6 +70,7 @@ CLASSIFY_S = 600.0  # 10 minutes of work for the verdict
 EARLY_S = 40.0  # ... and this long for the hint
 TIGHT = 0.03
 NOISY = 0.15  # per-sample variation (relative) above which a plateau is request noise, not a job's steps
+CALM = 0.1  # ... and below which each second's work is alike (the real H200 training loops read 4-8%)
 NOISE_SLACK = 1.5
 PHASE_MIB = 2048.0
 PHASE_FRACTION = 0.15
@@ -99,9 +102,9 @@ def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "cusum",
-                 "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused",
-                 "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_runs", "ep_start", "ep_sum", "ep_up",
+    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "calm",
+                 "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum",
+                 "ep_excused", "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_runs", "ep_start", "ep_sum", "ep_up",
                  "fast", "fast_ts", "fb_level", "jitter", "last", "level", "noise", "noises", "phase_ts",
                  "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "since", "slow", "sorted",
                  "spread", "steady", "tight", "zero_since")
@@ -138,6 +141,7 @@ class ActivityLevel:
         self.fb_level = -1.0
         self.steady: bool | None = None
         self.tight = False  # EARLY_S or more on a tight plateau since it first reached it (a hint, no verdict)
+        self.calm = False  # ... or on a plateau it leaves only in dips, with calm samples (a hint for a lone GPU)
         self._anchor = -1.0  # computed when asked (step_anchor; -1: not yet)
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
@@ -257,7 +261,7 @@ class ActivityLevel:
         self.plateau_blocks = 0
         self.fb_level = -1.0
         self.steady = None
-        self.tight = False
+        self.tight = self.calm = False
         self.phase_ts = ts
         self.end_episode()
 
@@ -281,8 +285,10 @@ class ActivityLevel:
         worked = (n - first) * BLOCK_S
         # a block mean of ~BLOCK_S samples varies by noise / sqrt(BLOCK_S) from sampling alone
         allowed = max(TIGHT, NOISE_SLACK * self.noise / math.sqrt(BLOCK_S)) * level
-        tight = k >= STEADY_FRACTION * (n - first) and self.spread <= allowed and self.noise <= NOISY
+        on_plateau = k >= STEADY_FRACTION * (n - first)
+        tight = on_plateau and self.spread <= allowed and self.noise <= NOISY
         self.tight = worked >= EARLY_S and tight
+        self.calm = worked >= EARLY_S and on_plateau and self.noise <= CALM
         if worked >= CLASSIFY_S and self.steady is not False:  # once seen moving with demand, it will again
             self.steady = tight
 
