@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from agent.devices import GpuTarget
 from agent.runtime import Agent
 from agent.sampler import Identity
-from agent.stats import families
+from agent.stats import counter, families, gauge, snapshot
 from telemetry.catalog import CATALOG
 from telemetry.records import GpuRecord
 
@@ -139,6 +139,39 @@ def _process_families(node: str, rows: Sequence[tuple[GpuTarget, GpuRecord | Non
             yield f"# HELP {name} {help_text}\n# TYPE {name} gauge\n" + "\n".join(lines) + "\n"
 
 
+@snapshot
+class AgentStats:
+    """The agent's own unlabelled figures: sampling cost and the CPU budget's state."""
+
+    nvml_seconds_total: float = counter(
+        "gpuwatch_agent_nvml_seconds", "Time spent inside NVML calls while sampling (the NVML floor).")
+    sampling_cpu_seconds_total: float = counter(
+        "gpuwatch_agent_sampling_cpu_seconds", "CPU time of the sampling thread.")
+    cpu_budget_ratio: float = gauge("gpuwatch_agent_cpu_budget_ratio", "CPU budget as a fraction of one core.")
+    cpu_usage_ratio: float = gauge(
+        "gpuwatch_agent_cpu_usage_ratio",
+        "CPU use of the agent's sampling threads as a fraction of one core (recent window).")
+    interval_stretch: float = gauge(
+        "gpuwatch_agent_interval_stretch",
+        "Factor the CPU budget applies to every interval (never past the ceiling interval).")
+    budget_stretched_samples_total: int = counter(
+        "gpuwatch_agent_budget_stretched_samples", "Samples whose next interval the CPU budget lengthened.")
+    budget_capped_samples_total: int = counter(
+        "gpuwatch_agent_budget_capped_samples",
+        "Samples whose next interval the budget would have lengthened past the ceiling (kept at the ceiling).")
+    interval_ceiling_seconds: float = gauge(
+        "gpuwatch_agent_interval_ceiling_seconds", "Longest interval between two samples of a GPU.")
+
+
+def agent_stats(a: Agent) -> AgentStats:
+    floor_ns = sum(ns for ns, _n in a.sampler.stats.acc.values()) if a.sampler is not None else 0
+    return AgentStats(
+        nvml_seconds_total=floor_ns * 1e-9, sampling_cpu_seconds_total=a.sample_cpu_seconds,
+        cpu_budget_ratio=a.budget.fraction, cpu_usage_ratio=a.budget.usage(), interval_stretch=a.budget.stretch,
+        budget_stretched_samples_total=a.budget_stretched_total, budget_capped_samples_total=a.budget_capped_total,
+        interval_ceiling_seconds=a.config.ceiling)
+
+
 class _AgentCollector(Collector):
     """The agent's own health: samples, intervals, call latency, CPU, errors."""
 
@@ -164,40 +197,14 @@ class _AgentCollector(Collector):
             "gpuwatch_agent_nvml_calls", "NVML calls made while sampling.", labels=["call"])
         startup = GaugeMetricFamily(
             "gpuwatch_agent_nvml_call_startup_seconds", "Latency of each NVML call measured at start.", labels=["call"])
-        floor = 0
         if a.sampler is not None:
             for call, (ns, n) in sorted(a.sampler.stats.acc.items()):
                 call_time.add_metric([call], ns * 1e-9)
                 call_count.add_metric([call], n)
-                floor += ns
         for call, seconds in sorted(a.calibration.items()):
             startup.add_metric([call], seconds)
         yield from (call_time, call_count, startup)
-        yield CounterMetricFamily(
-            "gpuwatch_agent_nvml_seconds", "Time spent inside NVML calls while sampling (the NVML floor).",
-            value=floor * 1e-9)
-        yield CounterMetricFamily(
-            "gpuwatch_agent_sampling_cpu_seconds", "CPU time of the sampling thread.", value=a.sample_cpu_seconds)
-        yield GaugeMetricFamily(
-            "gpuwatch_agent_cpu_budget_ratio", "CPU budget as a fraction of one core.", value=a.budget.fraction)
-        yield GaugeMetricFamily(
-            "gpuwatch_agent_cpu_usage_ratio",
-            "CPU use of the agent's sampling threads as a fraction of one core (recent window).",
-            value=a.budget.usage())
-        yield GaugeMetricFamily(
-            "gpuwatch_agent_interval_stretch",
-            "Factor the CPU budget applies to every interval (never past the ceiling interval).",
-            value=a.budget.stretch)
-        yield CounterMetricFamily(
-            "gpuwatch_agent_budget_stretched_samples",
-            "Samples whose next interval the CPU budget lengthened.", value=a.budget_stretched_total)
-        yield CounterMetricFamily(
-            "gpuwatch_agent_budget_capped_samples",
-            "Samples whose next interval the budget would have lengthened past the ceiling (kept at the ceiling).",
-            value=a.budget_capped_total)
-        yield GaugeMetricFamily(
-            "gpuwatch_agent_interval_ceiling_seconds", "Longest interval between two samples of a GPU.",
-            value=a.config.ceiling)
+        yield from families([agent_stats(a)])
         cpu = CounterMetricFamily(
             "gpuwatch_agent_cpu_seconds",
             "CPU time of the agent's own threads by account: sampling (sampling and XID threads, what "

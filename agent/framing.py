@@ -9,7 +9,7 @@ deltas against the GPU's previous frame and a keyframe every ``keyframe_every`` 
 the collector resumes from the last keyframe after a restart.
 
 Messages are keyed by GPU UUID, so Kafka keeps each GPU's frames in order. Every frame and
-event carries the Kafka headers ``node`` and ``instance`` (UTF-8): ``instance`` is a random
+event carries the Kafka headers ``node`` and ``instance`` (UTF-8; :mod:`telemetry.wire`): ``instance`` is a random
 id the agent draws when its process starts, so the collector can tell two agents that
 report the same GPU UUID apart (a re-imaged node, a misconfigured simulator) and knows a
 restarted agent's stream starts afresh.
@@ -21,23 +21,17 @@ the control topic when it lost a stream's base (:mod:`agent.control`).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
 
 from agent.cpuclock import TRANSPORT, ThreadCpu
-from agent.spool import Message
 from agent.stats import counter, snapshot
 from telemetry.codec import FrameEncoder
 from telemetry.records import EventRecord, GpuRecord
+from telemetry.wire import Message, MessageType, encode_event, stream_headers
 
 Submit = Callable[[Message], None]
-
-
-def stream_headers(kind: str, node: str, instance: str) -> tuple[tuple[str, bytes], ...]:
-    """The Kafka headers of an agent message: its type, and the stream's node and agent instance."""
-    return (("type", kind.encode()), ("node", node.encode()), ("instance", instance.encode()))
 
 
 @snapshot
@@ -73,8 +67,8 @@ class Framer:
         self.zstd_level = zstd_level
         self.clock = clock
         self.cpu = cpu or ThreadCpu()
-        self.frame_headers = stream_headers("frame", node, instance)
-        self.event_headers = stream_headers("event", node, instance)
+        self.frame_headers = stream_headers(MessageType.FRAME, node, instance)
+        self.event_headers = stream_headers(MessageType.EVENT, node, instance)
         self._lock = threading.Lock()
         self._pending: dict[str, list[GpuRecord]] = {}
         self._encoders: dict[str, FrameEncoder] = {}
@@ -96,7 +90,7 @@ class Framer:
 
     def add_event(self, event: EventRecord) -> None:
         self.events_total += 1
-        self.submit(Message(event.gpu.encode(), json.dumps(event.to_dict()).encode(), self.event_headers))
+        self.submit(Message(event.gpu.encode(), encode_event(event), self.event_headers))
 
     # ---- flushing ----
     def flush_due(self, now: float | None = None) -> int:

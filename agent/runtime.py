@@ -42,6 +42,7 @@ from agent.stats import Snapshot
 from agent.transitions import GpuTransitions
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
+from telemetry.xid import GPU_LOST
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +300,7 @@ class Agent:
         self.queue.put(t.key, now)
 
     def on_xid(self, uuid: str, xid: int) -> None:
-        """An XID event (from the event thread): remember it, report it, and act on 79."""
+        """An XID event (from the event thread): remember it, report it, and act on a lost GPU (79)."""
         assert self.sampler is not None
         now = self.clock()
         self.sampler.xid[uuid] = xid
@@ -309,8 +310,8 @@ class Agent:
         if t is not None:
             self.queue.put(uuid, now)  # sample it now: XIDs are when detail matters
             self._wake.set()
-            if xid == 79:
-                self._lost(t, now, "XID 79: GPU has fallen off the bus")
+            if xid == GPU_LOST.code:
+                self._lost(t, now, f"XID {xid}: {GPU_LOST.meaning}")
 
     # ---- threads ----
     def start(self) -> None:

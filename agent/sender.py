@@ -73,10 +73,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from agent.cpuclock import TRANSPORT, ThreadCpu
 from agent.scheduler import CpuPacer
-from agent.spool import Message, Spool, SpoolStats, SpoolWriteError
+from agent.spool import Spool, SpoolStats, SpoolWriteError
 from agent.stats import as_dict, counter, gauge, snapshot
+from telemetry.control import DEFAULT_TOPIC
 from telemetry.kafka_security import Mechanism, Protocol, check_security, security_config
 from telemetry.ratelimit import RateLimitedLog
+from telemetry.wire import Message
 
 __all__ = ["KafkaSettings", "Message", "Sender"]
 
@@ -97,7 +99,7 @@ class KafkaSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bootstrap_servers: str = Field(min_length=1, description="comma-separated host:port list")
-    topic: str = Field(default="gpu.telemetry", min_length=1, description="topic of telemetry frames")
+    topic: str = Field(default=DEFAULT_TOPIC, min_length=1, description="topic of telemetry frames")
     client_id: str = Field(default="gpuwatch-agent", description="Kafka client id")
     acks: Literal["all"] = Field(
         default="all", description="fixed: a frame counts as sent once all in-sync replicas have it")

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvParseError
 
+from telemetry.control import DEFAULT_TOPIC
 from telemetry.kafka_security import KafkaSecurityFields
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="log level")
     # sending to the collector (unset: /metrics only, like dcgm-exporter)
     kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")
-    kafka_topic: str = Field("gpu.telemetry", min_length=1, description="telemetry topic")
+    kafka_topic: str = Field(DEFAULT_TOPIC, min_length=1, description="telemetry topic")
     kafka_compression: Literal["zstd", "lz4", "gzip", "none"] = Field("zstd", description="batch compression")
     kafka_reconnect_max_s: float = Field(
         30.0, ge=0.5, le=600, description="longest wait between reconnect attempts (the wait doubles from 0.5 s)")

@@ -61,6 +61,7 @@ from typing import BinaryIO, Literal
 
 from agent.stats import counter, gauge, snapshot
 from telemetry.ratelimit import RateLimitedLog
+from telemetry.wire import Message
 
 log = logging.getLogger(__name__)
 
@@ -77,20 +78,6 @@ STATE_FILE = "state.json"
 LOCK_FILE = "LOCK"
 _STATE_KEYS = ("segment", "offset", "dropped_total", "corrupt_total", "corrupt_bytes_total",
                "corrupt_messages_total", "write_errors_total")
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One Kafka record as the agent sends it: opaque key (the GPU UUID), value and headers."""
-
-    key: bytes
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
-
-    @property
-    def size(self) -> int:
-        """Bytes of key, value and headers (what the memory bounds count)."""
-        return len(self.key) + len(self.value) + sum(len(n) + len(v) for n, v in self.headers)
 
 
 class SpoolLockedError(RuntimeError):

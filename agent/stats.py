@@ -7,6 +7,9 @@ could see it. Here a snapshot class declares every field with :func:`counter` or
 :func:`gauge` (metric name and help), :func:`families` renders every field of any
 snapshot, and :func:`snapshot` refuses, when the class is defined, a field declared
 without one. Adding a counter therefore adds its metric; forgetting is not possible.
+:func:`rows` is the table of all of them (metric, type, help, the field it comes from),
+like the metric catalog for the GPU's own metrics; a test checks every row is on
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,17 @@ class Snapshot(Protocol):
 
 
 S = TypeVar("S")
+_CLASSES: list[type[Any]] = []  # every snapshot class, in definition order
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One of the agent's own metrics: its name in the text format, type, help and source field."""
+
+    name: str
+    kind: str  # "counter" or "gauge"
+    help: str
+    source: str  # "<snapshot class>.<field>"
 
 
 def counter(name: str, help_text: str, *, default: float = 0) -> Any:
@@ -49,7 +63,18 @@ def snapshot(cls: type[S]) -> type[S]:
         if _KIND not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with counter() or gauge(): "
                             "it would never reach /metrics")
+    _CLASSES.append(made)
     return cast("type[S]", made)
+
+
+def rows() -> list[Row]:
+    """Every metric every snapshot class declares (the classes of the modules imported so far)."""
+    return [Row(_exposed(f), f.metadata[_KIND], f.metadata[_HELP], f"{cls.__name__}.{f.name}")
+            for cls in _CLASSES for f in dataclasses.fields(cls)]
+
+
+def _exposed(f: dataclasses.Field[Any]) -> str:
+    return str(f.metadata[_NAME]) + ("_total" if f.metadata[_KIND] == "counter" else "")
 
 
 def families(snapshots: Iterable[Snapshot]) -> Iterator[Metric]:
@@ -63,8 +88,7 @@ def families(snapshots: Iterable[Snapshot]) -> Iterator[Metric]:
 
 def metric_names(cls: type[Any]) -> list[str]:
     """The names a snapshot class exposes, as they appear in the text format (counters with ``_total``)."""
-    return [f.metadata[_NAME] + ("_total" if f.metadata[_KIND] == "counter" else "")
-            for f in dataclasses.fields(cls)]
+    return [_exposed(f) for f in dataclasses.fields(cls)]
 
 
 def as_dict(*snapshots: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Why: XIDs arrive from NVML as events, but throttling and ECC errors show up only as a
 bitmask and counters in the samples. An operator looking at ``events`` for "when did
 this GPU start throttling" should not have to diff samples, so the agent turns the
-transitions into :class:`EventRecord` items next to XIDs.
+transitions into :class:`EventRecord` items next to XIDs. Which clock-event reasons are
+throttling, and their names, come from :mod:`telemetry.clocks`.
 
 A throttle reason is debounced: it must hold for ``hold`` seconds of samples before a
 ``throttle_start`` is emitted, and be gone as long before ``throttle_end``. A GPU at its
@@ -20,22 +21,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from telemetry.clocks import THROTTLES, members
 from telemetry.records import EventRecord
 
 REASONS_KEY: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 DBE_KEY: Final = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 SBE_KEY: Final = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 
-#: NVML clock event reasons that slow the GPU down (nvmlClocksEventReason*); idle,
-#: application clocks and display clocks are not throttling.
-THROTTLE_REASONS: Final[dict[int, str]] = {
-    0x4: "SW_POWER_CAP",
-    0x8: "HW_SLOWDOWN",
-    0x10: "SYNC_BOOST",
-    0x20: "SW_THERMAL",
-    0x40: "HW_THERMAL",
-    0x80: "HW_POWER_BRAKE",
-}
+#: (bit, name) of each throttling reason, as plain ints: this runs on every sample
+_THROTTLE_BITS: Final = tuple((int(r), str(r.name)) for r in members(THROTTLES))
 _INT32_MAX: Final = 2**31 - 1
 
 
@@ -60,7 +54,7 @@ class GpuTransitions:
         events: list[EventRecord] = []
         mask = metrics.get(REASONS_KEY)
         if isinstance(mask, int) and not isinstance(mask, bool):
-            for bit, name in THROTTLE_REASONS.items():
+            for bit, name in _THROTTLE_BITS:
                 events += self._reason(bit, name, bool(mask & bit), ts)
         for key, kind, label in ((DBE_KEY, "ecc_dbe", "uncorrectable"), (SBE_KEY, "ecc_sbe", "corrected")):
             value = metrics.get(key)

@@ -1086,9 +1086,8 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     """
     import multiprocessing as mp
 
-    from agent.framing import stream_headers
     from agent.sender import KafkaSettings, Sender
-    from agent.spool import Message
+    from telemetry.wire import Message, MessageType, stream_headers
 
     interval = 1.0 / args.hz
     tick = max(0.05, args.max_delay / 4)
@@ -1123,7 +1122,7 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     lateness: list[float] = []
     late_start = time.time() - t0
     frames = records = nbytes = 0
-    headers = stream_headers("frame", "bench-node", "bench00000000000")
+    headers = stream_headers(MessageType.FRAME, "bench-node", "bench00000000000")
     for emit_at, gpu, first_ts, last_ts, n, frame in schedule:
         delay = emit_at - time.time()
         if delay > 0.0005:

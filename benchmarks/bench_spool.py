@@ -44,9 +44,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.framing import stream_headers
 from agent.sender import KafkaSettings, Sender
-from agent.spool import Message, Spool, encode_entry
+from agent.spool import Spool, encode_entry
+from telemetry.wire import Message, MessageType, stream_headers
 
 GPU_KEY = b"GPU-97b75092-1c2d-4e5f-8a9b-0c1d2e3f4a5b"  # a GPU UUID as the agent keys its frames
 MIB = 1 << 20
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     args.header_list = ([(h.split("=", 1)[0], h.split("=", 1)[1].encode()) for h in args.header] if args.header
-                        else list(stream_headers("frame", "gpu-node-00", "0123456789abcdef")))
+                        else list(stream_headers(MessageType.FRAME, "gpu-node-00", "0123456789abcdef")))
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 

@@ -49,7 +49,7 @@ from collector import deadletter
 from collector.ingest import Inbound, Ingestor
 from collector.settings import ConsumerTuning
 from collector.store.writer import DB_UNAVAILABLE
-from telemetry.control import CONTROL_HEADERS, KeyframeRequest, control_topic, dlq_topic
+from telemetry.control import CONTROL_HEADERS, DEFAULT_TOPIC, KeyframeRequest, control_topic, dlq_topic
 from telemetry.ratelimit import RateLimitedLog
 
 __all__ = ["DB_UNAVAILABLE", "KafkaIngest"]
@@ -84,7 +84,7 @@ class KafkaIngest:
         self,
         ingestor: Ingestor,
         bootstrap: str,
-        topic: str = "gpu.telemetry",
+        topic: str = DEFAULT_TOPIC,
         group: str = "gpuwatch-collector",
         dlq: str | None = None,
         load_positions: PositionsLoad | None = None,

@@ -27,7 +27,6 @@ past these frames), dead letters already sent are not sent again.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -41,6 +40,7 @@ from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
 from telemetry.control import KeyframeRequest
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
+from telemetry.wire import INSTANCE_HEADER, NODE_HEADER, TYPE_HEADER, Headers, MessageType, decode_event
 
 log = logging.getLogger(__name__)
 _limited = RateLimitedLog(log)
@@ -57,7 +57,7 @@ class Inbound:
     offset: int
     key: bytes
     value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: Headers = ()
 
     def header(self, name: str) -> bytes | None:
         for n, v in self.headers:
@@ -304,16 +304,17 @@ class Ingestor:
     def _prepare(self, batch: Sequence[Inbound], key: tuple[int, int, int, int]) -> _Pending:
         pending = _Pending(key, {m.partition for m in batch}, BatchResult())
         for msg in batch:
-            kind = msg.header("type")
-            if kind == b"frame" or kind is None:
+            raw = msg.header(TYPE_HEADER)
+            kind = MessageType.of(raw)
+            if kind is MessageType.FRAME:
                 self._frame(msg, pending)
-            elif kind == b"event":
+            elif kind is MessageType.EVENT:
                 try:
-                    pending.events.append((msg, _parse_event(msg.value)))
+                    pending.events.append((msg, decode_event(msg.value)))
                 except ValueError as exc:
                     self._reject(msg, f"bad event: {exc}", pending)
             else:
-                self._reject(msg, f"unknown message type {kind[:40]!r}", pending)
+                self._reject(msg, f"unknown message type {(raw or b'')[:40]!r}", pending)
         return pending
 
     def _handled_before(self, msg: Inbound) -> bool:
@@ -354,8 +355,8 @@ class Ingestor:
         records = self._decode(fresh, msg, header, pending)
         if records is None:
             return
-        node = msg.header_text("node") or records[-1].node
-        sid = StreamId(msg.partition, node, msg.header_text("instance"), header.gpu)
+        node = msg.header_text(NODE_HEADER) or records[-1].node
+        sid = StreamId(msg.partition, node, msg.header_text(INSTANCE_HEADER), header.gpu)
         newest = max(r.ts for r in records)
         stream = self.streams.get(sid)
         if stream is not None and stream.expected_seq is not None and newest <= stream.last_ts:
@@ -367,9 +368,9 @@ class Ingestor:
         self._accept(msg, sid, records, pending)
 
     def _delta(self, msg: Inbound, header: FrameHeader, pending: _Pending) -> None:
-        node = msg.header_text("node")
+        node = msg.header_text(NODE_HEADER)
         if node is not None:
-            sid = StreamId(msg.partition, node, msg.header_text("instance"), header.gpu)
+            sid = StreamId(msg.partition, node, msg.header_text(INSTANCE_HEADER), header.gpu)
             found = self.streams.get(sid)
             candidates = [found] if found is not None else []
         else:  # an agent without identity headers: match by sequence number, then by time
@@ -443,21 +444,3 @@ class Ingestor:
             event = EventRecord(first, node, sid.gpu, UUID_CONFLICT_KIND, None, detail)
             pending.events.append((msg, event))
 
-
-def _parse_event(value: bytes) -> EventRecord:
-    try:
-        obj = json.loads(value)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    for key, typ in (("ts", (int, float)), ("node", str), ("gpu", str), ("kind", str)):
-        if not isinstance(obj.get(key), typ) or isinstance(obj.get(key), bool):
-            raise ValueError(f"field {key!r} missing or of the wrong type")
-    code = obj.get("code")
-    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
-        raise ValueError("field 'code' must be an integer")
-    detail = obj.get("detail", "")
-    if not isinstance(detail, str):
-        raise ValueError("field 'detail' must be a string")
-    return EventRecord(float(obj["ts"]), obj["node"], obj["gpu"], obj["kind"], code, detail)

@@ -36,6 +36,7 @@ from typing import Final
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from telemetry.control import DEFAULT_TOPIC
 from telemetry.kafka_security import KafkaSecurityFields
 
 MIB: Final = 1 << 20
@@ -66,7 +67,7 @@ class CollectorSettings(BaseSettings, KafkaSecurityFields):
     db_file: Path | None = Field(None, description="file holding the PostgreSQL DSN (a mounted secret)")
     db_profile: str = Field("auto", pattern="^(auto|timescale|plain)$", description="schema profile")
     kafka_bootstrap: str = Field("127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers")
-    kafka_topic: str = Field("gpu.telemetry", min_length=1, description="telemetry topic")
+    kafka_topic: str = Field(DEFAULT_TOPIC, min_length=1, description="telemetry topic")
     kafka_group: str = Field("gpuwatch-collector", min_length=1, description="consumer group")
     max_batch: int = Field(5000, ge=1, le=100_000, description="messages per batch")
     fetch_max_wait_ms: int = Field(_T.fetch_max_wait_ms, ge=1, le=30_000,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from agent.spool import Message
 from collector.ingest import Inbound
+from telemetry.wire import Message
 
 
 class InProcessTransport:

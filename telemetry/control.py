@@ -18,8 +18,11 @@ import json
 import math
 from dataclasses import dataclass
 
+from telemetry.wire import TYPE_HEADER, Headers, MessageType
+
+#: The telemetry topic unless configured (agent and collector settings default to it).
 DEFAULT_TOPIC = "gpu.telemetry"
-CONTROL_HEADERS = (("type", b"keyframe_request"),)
+CONTROL_HEADERS: Headers = ((TYPE_HEADER, MessageType.KEYFRAME_REQUEST.header),)
 
 
 def dlq_topic(topic: str) -> str:
@@ -55,7 +58,7 @@ class KeyframeRequest:
         return self.node.encode()
 
     def encode(self) -> bytes:
-        body: dict[str, object] = {"type": "keyframe_request", "node": self.node, "gpu": self.gpu,
+        body: dict[str, object] = {"type": MessageType.KEYFRAME_REQUEST.value, "node": self.node, "gpu": self.gpu,
                                    "reason": self.reason, "ts": self.ts}
         if self.instance is not None:
             body["instance"] = self.instance
@@ -69,8 +72,9 @@ class KeyframeRequest:
             raise ControlError(f"control message is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise ControlError("control message is not a JSON object")
-        if body.get("type") != "keyframe_request":
-            raise ControlError(f"control message type {body.get('type')!r} is not 'keyframe_request'")
+        expected = MessageType.KEYFRAME_REQUEST.value
+        if body.get("type") != expected:
+            raise ControlError(f"control message type {body.get('type')!r} is not '{expected}'")
         node, gpu, reason, ts, instance = (body.get(k) for k in ("node", "gpu", "reason", "ts", "instance"))
         if not isinstance(node, str) or not node:
             raise ControlError("control message field 'node' must be a non-empty string")

@@ -583,3 +583,38 @@ def test_every_transport_counter_reaches_metrics_and_lints(
     proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     complaints = [line for line in (proc.stdout + proc.stderr).decode().splitlines() if "gpuwatch_" in line]
     assert not complaints, complaints
+
+
+def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimAgentFactory, tmp_path: Path) -> None:
+    """Every field of every snapshot class (the table :func:`agent.stats.rows`) reaches /metrics under a
+    name no other field uses; a field declared without counter() or gauge() fails when its class is made."""
+    import agent.exposition
+    from agent.control import ControlListener
+    from agent.framing import Framer
+    from agent.sender import KafkaSettings, Sender
+    from agent.stats import rows, snapshot
+
+    table = rows()
+    assert {r.source.split(".")[0] for r in table} >= {
+        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats"}
+    assert agent.exposition.AgentStats.__name__ == "AgentStats"
+    names = [r.name for r in table]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    sim = sim_agent(1)
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    sender = Sender(kafka, tmp_path / "spool", cpu=sim.agent.cpu)
+    try:
+        framer = Framer(sender.submit, node=sim.agent.node, instance=sim.agent.instance, cpu=sim.agent.cpu)
+        control = ControlListener(kafka, sim.agent.node, sim.agent.instance, framer.request_keyframe,
+                                  cpu=sim.agent.cpu)
+        sim.agent.transport_stats = lambda: (*sender.snapshots(), framer.stats(), control.stats())
+        exposed = Exposed.parse(sim.metrics())
+    finally:
+        sender.stop()
+    for row in table:
+        found = [s for s in exposed.samples if s.name == row.name]
+        assert found, f"{row.name} ({row.source}) is not on /metrics"
+    with pytest.raises(TypeError, match="would never reach /metrics"):
+        @snapshot
+        class Forgotten:
+            dropped_total: int = 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agent.framing import Framer
-from agent.spool import Message
 from telemetry.codec import peek_header
 from telemetry.records import EventRecord, GpuRecord
+from telemetry.wire import Message
 
 
 def _record(gpu: str, ts: float) -> GpuRecord:

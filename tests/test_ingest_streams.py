@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import pytest
 
 from agent.framing import Framer
-from agent.spool import Message
 from collector.deadletter import fit
 from collector.ingest import UUID_CONFLICT_KIND, Inbound, Ingestor
 from collector.store import StoreRefused
 from telemetry.codec import FrameEncoder
 from telemetry.control import KeyframeRequest
 from telemetry.records import EventRecord, GpuRecord
+from telemetry.wire import Message
 
 FRAME = (("type", b"frame"),)
 GPU = "GPU-11111111-2222-4333-8444-555555555555"

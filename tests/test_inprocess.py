@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.spool import Message
 from gpuwatch.inprocess import InProcessTransport
+from telemetry.wire import Message
 
 
 def test_drain_takes_everything_queued_in_order() -> None:

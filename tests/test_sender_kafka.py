@@ -26,7 +26,8 @@ from aiokafka.partitioner import murmur2
 from pydantic import SecretStr, ValidationError
 
 from agent.sender import KafkaSettings, Sender
-from agent.spool import Message, Spool
+from agent.spool import Spool
+from telemetry.wire import Message
 from tests.fixtures_kafka import BrokerFactory, Consumed, consume_all, create_topic
 
 TOPIC = "gpu.telemetry"

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from agent import spool as spool_module
-from agent.spool import ENTRY_HEADER, Message, Spool, SpoolLockedError, SpoolWriteError, encode_entry
+from agent.spool import ENTRY_HEADER, Spool, SpoolLockedError, SpoolWriteError, encode_entry
+from telemetry.wire import Message
 
 SEG = 4096  # the smallest segment the spool accepts: many segments from few messages
 
@@ -270,7 +271,8 @@ def test_an_unreadable_state_file_replays_from_the_oldest_segment(tmp_path: Path
 _KILLED_WRITER = """
 import os, sys
 sys.path.insert(0, {root!r})
-from agent.spool import Message, Spool
+from agent.spool import Spool
+from telemetry.wire import Message
 spool = Spool({d!r}, max_bytes=64 * 4096, segment_bytes=4096, fsync="none")
 spool.append(Message(b"k", b"%08d" % i) for i in range(40))
 spool.commit(15)

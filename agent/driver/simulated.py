@@ -28,6 +28,8 @@ from typing import Literal
 import pynvml as nv
 
 from agent.driver.base import Handle, ProcessInfo, ProcessUtil, XidEvent
+from telemetry.clocks import ClockEventReason
+from telemetry.xid import GPU_LOST
 
 Profile = Literal["idle", "training", "serving", "batch"]
 PROFILES: tuple[Profile, ...] = ("training", "serving", "batch", "idle")
@@ -153,7 +155,7 @@ class SimulatedFleet:
         """Deliver an XID event; XID 79 (fallen off the bus) also marks the GPU lost."""
         with self._event:
             self._pending.append(XidEvent(self.gpus[index].uuid, xid))
-            if xid == 79:
+            if xid == GPU_LOST.code:
                 self.gpus[index].lost = True
             self._event.notify_all()
 
@@ -347,8 +349,8 @@ class SimulatedFleet:
         g = self._whole(h)
         st = self.state(g.index)
         if st.load < 0.02:
-            return 0x1
-        return 0x4 if st.load > 0.85 else 0x0
+            return int(ClockEventReason.GPU_IDLE)
+        return int(ClockEventReason.SW_POWER_CAP) if st.load > 0.85 else 0
 
     def pcie_replay(self, h: Handle) -> int:
         g = self._whole(h)

@@ -279,3 +279,25 @@ class SettingsOut(BaseModel):
     stale_after_seconds: float
     metrics_auth: bool
     metrics_per_service: bool
+
+
+class XidOut(BaseModel):
+    code: int
+    mnemonic: str = Field(description="NVIDIA's name for the code")
+    meaning: str
+    severity: str = Field(description="info, warning or critical: the severity of the anomaly it opens")
+    action: str = Field(description="what to do about it")
+    nvidia_action: str = Field(description="the immediate action in NVIDIA's XID catalog")
+    kind: str = Field(description="the anomaly kind it opens (xid, ecc_dbe, gpu_lost)")
+
+
+class ClockReasonOut(BaseModel):
+    bit: int = Field(description="the bit in DCGM_FI_DEV_CLOCKS_EVENT_REASONS (and the code of throttle events)")
+    name: str
+    meaning: str
+    throttles: bool = Field(description="whether the reason holds the clocks below what the load asks for")
+
+
+class GpuFactsOut(BaseModel):
+    xids: list[XidOut]
+    clock_event_reasons: list[ClockReasonOut]

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Severity = Literal["info", "warning", "critical"]
+from telemetry.xid import Severity as Severity  # the XID table rates XIDs on the same scale as anomalies
+
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 
 

@@ -52,12 +52,14 @@ from collector.detect.state import (
     XID,
     GpuState,
 )
-from collector.detect.xid import describe
+from telemetry.clocks import ClockEventReason
 from telemetry.records import EventRecord, GpuRecord
+from telemetry.xid import GPU_LOST
 
 PERF_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop", "idle_allocated",
                         "launch_bound"})
 FREEZE_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
+_SW_POWER_CAP = int(ClockEventReason.SW_POWER_CAP)  # a plain int: tested on every record
 EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
 _PEER_S = 30.0
@@ -243,15 +245,14 @@ class DetectionEngine:
         st.slow_ts = ts
         if st.clock is not None and st.sm is not None and st.sm >= 0.5:
             st.clock_base.update(ts, st.clock)
-            if st.reasons & 0x4 and throttle.at_limit(st, power_w, limit_w):
+            if st.reasons & _SW_POWER_CAP and throttle.at_limit(st, power_w, limit_w):
                 st.cap_clock_base.update(ts, st.clock)
         if st.temp is not None:
             st.temp_base.update(ts, st.temp)
 
     def _lost_finding(self, st: GpuState, why: str) -> Finding:
-        info = describe(79)
-        return Finding("gpu_lost", "critical", XID, f"{st.where()} is lost ({info.name})",
-                       [why, f"suggested action: {info.action}"], 0.0)
+        return Finding(GPU_LOST.kind, GPU_LOST.severity, XID, f"{st.where()} is lost ({GPU_LOST.meaning})",
+                       [why, f"suggested action: {GPU_LOST.action}"], 0.0)
 
     def _recovered(self, st: GpuState, ts: float) -> list[Change]:
         opened = st.open.pop("gpu_lost", None)

@@ -14,13 +14,13 @@ from collections import deque
 
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import ECC_DBE, ECC_SBE, PCIE_REPLAY, XID, GpuState
-from collector.detect.xid import describe
+from telemetry.xid import describe
 
 
 def xid_finding(st: GpuState, code: int, cfg: DetectorConfig) -> Finding:
     info = describe(code)
-    summary = f"{st.where()} reported XID {code}: {info.name}"
-    causes = [f"XID {code}: {info.name}", f"suggested action: {info.action}"]
+    summary = f"{st.where()} reported XID {code}: {info.meaning}"
+    causes = [f"XID {code}: {info.meaning}", f"suggested action: {info.action}"]
     if info.kind == "ecc_dbe" and st.dbe is not None:
         causes.append(f"ECC double-bit total {st.dbe:.0f}")
     return Finding(info.kind, info.severity, XID, summary, causes, 0.0)

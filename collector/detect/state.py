@@ -38,16 +38,6 @@ PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"
 ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 
-REASON_NAMES = {
-    0x1: "GPU_IDLE", 0x4: "SW_POWER_CAP", 0x8: "HW_SLOWDOWN", 0x20: "SW_THERMAL",
-    0x40: "HW_THERMAL", 0x80: "HW_POWER_BRAKE",
-}
-
-
-def reason_names(mask: int) -> str:
-    return "|".join(name for bit, name in REASON_NAMES.items() if mask & bit) or "none"
-
-
 @dataclass(slots=True)
 class GpuState:
     node: str

@@ -7,7 +7,7 @@ At its full rated power, that is the clock it holds *at the cap* (a second basel
 GPU that reaches the cap because its load rose (a serving replica taking more traffic)
 is capped as designed, not throttled, while one that holds far lower clocks there than it
 used to is. Below its rated power, a cap means a lowered limit or a cap that bites below
-the limit (a power-delivery or BMC cap). HW slowdown (0x8) counts whatever the power.
+the limit (a power-delivery or BMC cap). HW slowdown counts whatever the power.
 Thermal reasons (SW/HW thermal) are never normal, and HW power brake is an external
 signal that slows the GPU to a crawl, so those fire on the bit alone.
 """
@@ -18,11 +18,13 @@ import math
 
 from collector.detect.anomaly import Severity
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.state import GPU_TEMP, SM_CLOCK, GpuState, reason_names
+from collector.detect.state import GPU_TEMP, SM_CLOCK, GpuState
+from telemetry.clocks import POWER, THERMAL, ClockEventReason, names
 
-THERMAL_BITS = 0x20 | 0x40
-POWER_BITS = 0x4 | 0x8
-BRAKE_BIT = 0x80
+# single bits as plain ints (tested on every record)
+_HW_THERMAL = int(ClockEventReason.HW_THERMAL)
+_HW_SLOWDOWN = int(ClockEventReason.HW_SLOWDOWN)
+_BRAKE = int(ClockEventReason.HW_POWER_BRAKE)
 AT_LIMIT = 0.9  # power within 10% of the highest limit this GPU had: at its cap, not held below it
 
 
@@ -38,16 +40,16 @@ def thermal(st: GpuState, cfg: DetectorConfig) -> Finding | None:
         st.temp is not None and st.temp >= 87.0 and st.clock is not None and st.clock_base.count >= 30
         and st.clock < cfg.clock_drop_ratio * st.clock_base.level
     )
-    if not (st.reasons & THERMAL_BITS) and not hot_fallback:
+    if not (st.reasons & THERMAL) and not hot_fallback:
         return None
-    causes = [f"clock event reason {reason_names(st.reasons & THERMAL_BITS)}"] if st.reasons & THERMAL_BITS else []
+    causes = [f"clock event reason {names(st.reasons & THERMAL)}"] if st.reasons & THERMAL else []
     if st.temp is not None:
         base = st.temp_base.level if st.temp_base.count else st.temp
         causes.append(f"temperature {st.temp:.0f} °C vs baseline {base:.0f} °C")
     clock = _clock_cause(st)
     if clock:
         causes.append(clock)
-    severity: Severity = "critical" if (st.reasons & 0x40 and (st.temp or 0) >= 90) else "warning"
+    severity: Severity = "critical" if (st.reasons & _HW_THERMAL and (st.temp or 0) >= 90) else "warning"
     summary = f"{st.where()} thermally throttled" + (f" at {st.temp:.0f} °C" if st.temp is not None else "")
     return Finding("thermal_throttle", severity, GPU_TEMP, summary, causes, cfg.throttle_hold_s)
 
@@ -61,16 +63,16 @@ def at_limit(st: GpuState, power_w: float | None, limit_w: float | None) -> bool
 def power(st: GpuState, cfg: DetectorConfig, power_w: float | None, limit_w: float | None) -> Finding | None:
     if limit_w is not None and limit_w > st.limit_max:
         st.limit_max = limit_w
-    brake = bool(st.reasons & BRAKE_BIT)
+    brake = bool(st.reasons & _BRAKE)
     clock = st.clock if st.clock is not None else math.inf
-    capped = bool(st.reasons & POWER_BITS) and st.clock_base.count >= 30 \
+    capped = bool(st.reasons & POWER) and st.clock_base.count >= 30 \
         and clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= 0.2
-    if capped and not st.reasons & 0x8 and at_limit(st, power_w, limit_w) and (
+    if capped and not st.reasons & _HW_SLOWDOWN and at_limit(st, power_w, limit_w) and (
             st.cap_clock_base.count < 30 or clock >= cfg.clock_drop_ratio * st.cap_clock_base.level):
         capped = False  # drawing its full rated power at the clock it holds there: the cap doing its job
     if not (brake or capped):
         return None
-    causes = [f"clock event reason {reason_names(st.reasons & (POWER_BITS | BRAKE_BIT))}"]
+    causes = [f"clock event reason {names(st.reasons & (POWER | _BRAKE))}"]
     clock_cause = _clock_cause(st)
     if clock_cause:
         causes.append(clock_cause)

@@ -28,6 +28,7 @@ GET_CALLS: dict[str, list[str]] = {
     "/api/v1/me": ["/me"],
     "/api/v1/tokens": ["/tokens"],
     "/api/v1/settings": ["/settings"],
+    "/api/v1/gpu-facts": ["/gpu-facts"],
 }
 
 

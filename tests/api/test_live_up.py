@@ -28,6 +28,7 @@ import asyncpg
 import httpx
 import pytest
 
+from telemetry.xid import XIDS
 from tests.conftest import free_port
 from tests.fixtures_pg import PgServer
 
@@ -117,6 +118,9 @@ def _add_anomaly(dsn: str, gpu: str) -> None:
                 " '[\"XID 79\"]')", gpu, node)
             await conn.execute("INSERT INTO events (ts, node, gpu, kind, code, detail) VALUES"
                                " (now() - interval '2 minutes', $2, $1, 'xid', 79, 'test XID')", gpu, node)
+            # as the agent sends an XID: its code only (the page names it from /gpu-facts)
+            await conn.execute("INSERT INTO events (ts, node, gpu, kind, code, detail) VALUES"
+                               " (now() - interval '3 minutes', $2, $1, 'xid', 140, '')", gpu, node)
         finally:
             await conn.close()
 
@@ -165,6 +169,9 @@ def test_web_page_shows_the_fleet_incidents_a_gpu_and_a_service(running_up: tupl
             anomaly = page.locator("#anomalies tbody tr[data-id]").first.inner_text()
             assert "critical" in anomaly and "XID 79 on the test GPU" in anomaly and "GPU" in anomaly
             assert "test XID" in page.locator("#events tbody").inner_text()
+            unrecovered = page.locator("#events tbody td.summary", has_text="XID 140: ")
+            assert "unrecovered ECC error" in unrecovered.inner_text()
+            assert unrecovered.get_attribute("title") == f"critical: {XIDS[140].action}"
             page.screenshot(path=str(ARTIFACTS / "web-incidents.png"), full_page=True)
 
             page.goto(f"{url}/#/gpu/{first['gpu']}")

@@ -173,7 +173,6 @@ async def _fill(dsn: str) -> None:
     (decode, validate, store; dead letters into the database, as when the dead-letter topic
     refuses them) -> detection and alerting; then maintenance and the service-usage rollup."""
     from agent.framing import Framer
-    from agent.spool import Message
     from agent.transitions import GpuTransitions
     from benchmarks.incidents.generate import Fleet
     from collector import deadletter
@@ -184,6 +183,7 @@ async def _fill(dsn: str) -> None:
     from collector.store import Store, validate, validate_event
     from gpuwatch.inprocess import InProcessTransport
     from telemetry.records import EventRecord
+    from telemetry.wire import Message
 
     start = END - timedelta(hours=HOURS)
     fleet = Fleet(nodes=2, hours=HOURS, seed=11, t0=start.timestamp())

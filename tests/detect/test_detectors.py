@@ -4,8 +4,8 @@ stays quiet through the normal behaviour that looks like the fault."""
 from __future__ import annotations
 
 from collector.detect import DetectionEngine, DetectorConfig
-from collector.detect.xid import XIDS, describe
 from telemetry.records import EventRecord
+from telemetry.xid import XIDS, describe
 from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
 
 

@@ -21,6 +21,27 @@ async function api(path, params) {
   return body;
 }
 
+// The XID table and the clock-event reason bits, as the collector's detectors know them
+// (/gpu-facts): fetched once, never copied into this file.
+let factsPromise = null;
+function gpuFacts() {
+  if (!factsPromise) {
+    factsPromise = api("/gpu-facts").then((f) => ({
+      xids: new Map(f.xids.map((x) => [x.code, x])),
+      reasons: new Map(f.clock_event_reasons.map((r) => [r.bit, r])),
+    })).catch((err) => { factsPromise = null; throw err; });
+  }
+  return factsPromise;
+}
+
+function eventText(e, facts) {
+  // an XID event carries only its code: say what it means and what to do
+  if (e.kind !== "xid" || e.code == null) return [e.detail, ""];
+  const x = facts.xids.get(e.code);
+  if (!x) return [e.detail || `XID ${e.code}: not in gpuwatch's table (see NVIDIA's XID catalog)`, ""];
+  return [e.detail || `XID ${e.code}: ${x.meaning}`, `${x.severity}: ${x.action}`];
+}
+
 function el(tag, text, cls) {
   const e = document.createElement(tag);
   if (text != null) e.textContent = text;
@@ -170,8 +191,8 @@ async function incidentsView() {
   const span = Number($("#incidents-range").value);
   const end = Date.now() / 1000;
   const range = { start: (end - span).toFixed(0), end: end.toFixed(0), limit: 100 };
-  const [known, anomalies, alerts, events] = await Promise.all([
-    gpuIndex(), api("/anomalies", range), api("/alerts", range), api("/events", range)]);
+  const [known, anomalies, alerts, events, facts] = await Promise.all([
+    gpuIndex(), api("/anomalies", range), api("/alerts", range), api("/events", range), gpuFacts()]);
   const more = (page) => (page.next_cursor ? " (newest 100)" : "");
   $("#anomalies-count").textContent = `${anomalies.items.length}${more(anomalies)}`;
   $("#alerts-count").textContent = `${alerts.items.length}${more(alerts)}`;
@@ -219,7 +240,9 @@ async function incidentsView() {
     gpuCell(tr, e.gpu, e.node, known);
     cell(tr, e.kind);
     cell(tr, e.code == null ? "–" : String(e.code), "num");
-    cell(tr, e.detail, "summary");
+    const [text, hint] = eventText(e, facts);
+    const td = cell(tr, text, "summary");
+    if (hint) td.title = hint;
     tbody.appendChild(tr);
   }
   if (!events.items.length) tbody.appendChild(emptyRow(5, "no events in this range"));
@@ -293,12 +316,13 @@ function markShapes(anomalies, events, endMs, annotate) {
   return { shapes, annotations: notes };
 }
 
-function throttleTraces(events, startMs, endMs) {
+function throttleTraces(events, startMs, endMs, facts) {
   // throttle_start / throttle_end pairs per reason (the event code is the reason's bit)
   const byCode = new Map();
   const ordered = [...events].filter((e) => e.kind.startsWith("throttle_")).sort((a, b) => a.ts.localeCompare(b.ts));
   for (const e of ordered) {
-    const name = (e.detail.match(/reason (\S+)/) || [null, "0x" + (e.code || 0).toString(16)])[1];
+    const reason = facts.reasons.get(e.code);
+    const name = reason ? reason.name : "0x" + (e.code || 0).toString(16);
     const r = byCode.get(e.code) || { name, spans: [], open: null };
     byCode.set(e.code, r);
     if (e.kind === "throttle_start" && r.open == null) r.open = new Date(e.ts);
@@ -335,11 +359,12 @@ async function gpuView(uuid) {
   const span = Number($("#gpu-range").value);
   const endS = Date.now() / 1000;
   const range = { start: (endS - span).toFixed(0), end: endS.toFixed(0) };
-  const [known, data, anomalies, events] = await Promise.all([
+  const [known, data, anomalies, events, facts] = await Promise.all([
     gpuIndex(),
     api(`/gpus/${encodeURIComponent(uuid)}/series`, { metrics: SERIES.join(","), ...range, step: gpuStep(span) }),
     api("/anomalies", { gpu: uuid, ...range, limit: 200 }),
     api("/events", { gpu: uuid, ...range, limit: 500 }),
+    gpuFacts(),
   ]);
   const g = known.get(uuid);
   const pods = g && g.pods.length ? g.pods.map(podName).join(", ") : "no pod";
@@ -387,7 +412,7 @@ async function gpuView(uuid) {
   chart(box, "chart-clocks", "Clocks", [
     line(x, s.DCGM_FI_DEV_SM_CLOCK, "SM clock"), line(x, s.DCGM_FI_DEV_MEM_CLOCK, "memory clock"),
   ], { xaxis, yaxis: { ticksuffix: " MHz", tickformat: ",.0f" }, ...marks(false) });
-  const throttle = throttleTraces(events.items, startMs, endMs);
+  const throttle = throttleTraces(events.items, startMs, endMs, facts);
   chart(box, "chart-throttle", throttle.length ? "Throttle reasons (clock events)" : "Throttle reasons: none in this range",
         throttle, { xaxis, yaxis: { type: "category", rangemode: "normal" }, showlegend: false,
                     shapes: marks(false).shapes });
