@@ -18,7 +18,8 @@ import math
 
 from collector.detect.anomaly import Severity
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.state import GPU_TEMP, SM_CLOCK, GpuState, reason_names
+from collector.detect.state import GpuState, reason_names
+from telemetry.keys import GPU_TEMP, SM_CLOCK
 
 THERMAL_BITS = 0x20 | 0x40
 POWER_BITS = 0x4 | 0x8

@@ -7,10 +7,10 @@ migrated database against it, so the schema cannot drift from the catalog. The
 writer, the plain-profile rollups and the read queries build their SQL from these
 lists, so every identifier in a statement comes from here, never from input.
 
-Rollups keep one column per metric under the metric's own column name, aggregated as
-the metric's meaning asks: gauges are averaged, counters keep their largest (latest)
-value, the clock-event bitmask keeps every reason seen (``bit_or``) and the last-XID
-gauge keeps the largest code. A few gauges whose peaks matter also keep ``<col>_max``.
+Rollups keep one column per metric under the metric's own column name, aggregated by
+the catalog row's ``rollup`` (gauges averaged, counters their largest (latest) value,
+the clock-event bitmask every reason seen (``bit_or``), the last-XID gauge the largest
+code). Gauges whose peaks matter (the row's ``keep_max``) also keep ``<col>_max``.
 Each averaged gauge also keeps ``<col>_n``, the number of samples that had it, so that
 coarser steps weight each bucket's average by that count (a sample without the metric
 adds nothing to its average) rather than by the bucket's sample count.
@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Literal
 
-from telemetry.catalog import CATALOG, Metric
+from telemetry.catalog import CATALOG, Metric, RollupFn
 
 SqlType = Literal["bigint", "double precision"]
-RollupAgg = Literal["avg", "max", "bit_or"]
 
 #: date_bin's origin for every bucket; with an explicit UTC offset so the session's
 #: TimeZone cannot shift it. TimescaleDB's time_bucket gives the same minute and hour
@@ -39,14 +38,6 @@ ROLLUP_1H_RETENTION: Final = timedelta(days=730)
 #: since the refresh policies look back 7 days (1 hour: 8) and would never see them.
 TIMESCALE_LATE_AFTER: Final = timedelta(days=6)
 
-#: Gauges whose peak within a bucket is worth keeping besides the average.
-KEEP_MAX: Final = frozenset({
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_FB_USED",
-})
-
 
 @dataclass(frozen=True, slots=True)
 class MetricColumn:
@@ -55,7 +46,7 @@ class MetricColumn:
     key: str
     name: str
     sql_type: SqlType
-    rollup: RollupAgg
+    rollup: RollupFn
     keep_max: bool
 
     @property
@@ -73,24 +64,13 @@ class MetricColumn:
         return f"{self.name}_n"
 
 
-def _rollup_agg(metric: Metric) -> RollupAgg:
-    if metric.kind == "counter":
-        return "max"  # counters only grow: the bucket's largest value is its last
-    if metric.unit == "bitmask":
-        return "bit_or"
-    if metric.unit == "xid":
-        return "max"
-    return "avg"
-
-
 def metric_column(metric: Metric) -> MetricColumn:
-    agg = _rollup_agg(metric)
     return MetricColumn(
         key=metric.key,
         name=metric.key.lower(),
         sql_type="bigint" if metric.is_integer else "double precision",
-        rollup=agg,
-        keep_max=metric.key in KEEP_MAX and agg == "avg",
+        rollup=metric.rollup,
+        keep_max=metric.keep_max,
     )
 
 
