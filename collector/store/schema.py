@@ -18,6 +18,7 @@ adds nothing to its average) rather than by the bucket's sample count.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Literal
@@ -103,17 +104,24 @@ PROCESS_COLUMNS: Final[dict[str, str]] = {
 }
 
 
+def rollup_metric_columns(columns: Sequence[MetricColumn]) -> dict[str, SqlType]:
+    """A rollup's columns for ``columns``: each metric, then its ``_max`` where it keeps one."""
+    cols: dict[str, SqlType] = {}
+    for c in columns:
+        cols[c.name] = c.rollup_type
+        if c.keep_max:
+            cols[c.max_name] = c.sql_type
+    return cols
+
+
 def _gpu_rollup_columns() -> dict[str, str]:
     cols: dict[str, str] = {
         "bucket": "timestamp with time zone",
         "gpu": "text",
         "node": "text",
         "samples": "bigint",
+        **rollup_metric_columns(METRIC_COLUMNS),
     }
-    for c in METRIC_COLUMNS:
-        cols[c.name] = c.rollup_type
-        if c.keep_max:
-            cols[c.max_name] = c.sql_type
     for c in AVERAGED:  # added by migration 0050, hence last
         cols[c.count_name] = "bigint"
     return cols
@@ -163,31 +171,31 @@ def _weighted_avg(column: MetricColumn) -> str:
     return f"(sum({column.name} * {w}) / NULLIF(sum({w}), 0))::double precision"
 
 
-def raw_aggregates() -> list[tuple[str, str]]:
+def raw_aggregates(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> list[tuple[str, str]]:
     """(column, aggregate over raw ``gpu_samples`` rows) for a 1-minute rollup row."""
     out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "count(*)")]
-    for c in METRIC_COLUMNS:
+    for c in columns:
         if c.rollup == "avg":
             out.append((c.name, f"avg({c.name}::double precision)"))
         else:
             out.append((c.name, f"{c.rollup}({c.name})"))
         if c.keep_max:
             out.append((c.max_name, f"max({c.name})"))
-    out += [(c.count_name, f"count({c.name})") for c in AVERAGED]
+    out += [(c.count_name, f"count({c.name})") for c in columns if c.rollup == "avg"]
     return out
 
 
-def rollup_aggregates() -> list[tuple[str, str]]:
+def rollup_aggregates(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> list[tuple[str, str]]:
     """(column, aggregate over finer rollup rows) for a coarser rollup row (1m -> 1h)."""
     out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "sum(samples)::bigint")]
-    for c in METRIC_COLUMNS:
+    for c in columns:
         if c.rollup == "avg":
             out.append((c.name, _weighted_avg(c)))
         else:
             out.append((c.name, f"{c.rollup}({c.name})"))
         if c.keep_max:
             out.append((c.max_name, f"max({c.max_name})"))
-    out += [(c.count_name, f"sum({_weight(c)})::bigint") for c in AVERAGED]
+    out += [(c.count_name, f"sum({_weight(c)})::bigint") for c in columns if c.rollup == "avg"]
     return out
 
 
