@@ -227,6 +227,12 @@ def metrics_markdown() -> str:
         "",
         "Generated from `telemetry/catalog.py` by `gpuwatch catalog --markdown`; a test keeps them equal.",
         "",
+        "Adding a metric is one row in `telemetry/catalog.py` (its key also in `telemetry/keys.py` when code"
+        " names it) and one reader (`agent/readers.py` for a driver call, or an entry in `agent/gpm.py`);"
+        " then `gpuwatch catalog --markdown > docs/metrics.md` and `gpuwatch catalog --sql`, which regenerates"
+        " the migrations' metric columns and names any row that still needs a migration"
+        " (`collector.store.sqlgen.add_metrics_sql` writes the plain profile's).",
+        "",
         "| key | DCGM field id | unit | type | NVML source | cost | wire resolution | rollup | help |",
         "|---|---|---|---|---|---|---|---|---|",
     ]

@@ -1,9 +1,9 @@
 """Column lists of the store, derived from the metric catalog.
 
-Why: the catalog (telemetry/catalog.py) is the one list of metrics. The migrations are
-frozen SQL files (a migration must never change once applied), so they spell the
-columns out; this module states what those columns must be, and a test compares a
-migrated database against it, so the schema cannot drift from the catalog. The
+Why: the catalog (telemetry/catalog.py) is the one list of metrics. The migrations'
+metric columns are generated from the lists here (:mod:`collector.store.sqlgen`, committed,
+a test regenerates them), and a test compares a migrated database against them, so the
+schema cannot drift from the catalog. The
 writer, the plain-profile rollups and the read queries build their SQL from these
 lists, so every identifier in a statement comes from here, never from input.
 
