@@ -15,89 +15,109 @@ from collections.abc import Callable
 from typing import Final
 
 from agent.driver.base import Driver, Handle
-from telemetry import keys as k
 from telemetry.catalog import BY_KEY
+from telemetry.keys import (
+    CLOCKS_EVENT_REASONS,
+    DEC_UTIL,
+    ECC_DBE_VOL_TOTAL,
+    ECC_SBE_VOL_TOTAL,
+    ENC_UTIL,
+    FB_FREE,
+    FB_RESERVED,
+    FB_USED,
+    GPU_TEMP,
+    GPU_UTIL,
+    MEM_CLOCK,
+    MEM_COPY_UTIL,
+    MEMORY_TEMP,
+    PCIE_REPLAY_COUNTER,
+    POWER_MGMT_LIMIT,
+    POWER_USAGE,
+    PSTATE,
+    SM_CLOCK,
+    TOTAL_ENERGY_CONSUMPTION,
+)
 
 Metrics = dict[str, float]
 Reader = Callable[[Driver, Handle, Metrics], None]
 
 # divisors looked up once, not per sample (the readers run on the sampling hot path)
-_FB_USED: Final = BY_KEY[k.FB_USED].nvml_divisor
-_FB_FREE: Final = BY_KEY[k.FB_FREE].nvml_divisor
-_FB_RESERVED: Final = BY_KEY[k.FB_RESERVED].nvml_divisor
-_POWER: Final = BY_KEY[k.POWER_USAGE].nvml_divisor
-_LIMIT: Final = BY_KEY[k.POWER_MGMT_LIMIT].nvml_divisor
+_FB_USED: Final = BY_KEY[FB_USED].nvml_divisor
+_FB_FREE: Final = BY_KEY[FB_FREE].nvml_divisor
+_FB_RESERVED: Final = BY_KEY[FB_RESERVED].nvml_divisor
+_POWER: Final = BY_KEY[POWER_USAGE].nvml_divisor
+_LIMIT: Final = BY_KEY[POWER_MGMT_LIMIT].nvml_divisor
 
 
 def _utilization(d: Driver, h: Handle, out: Metrics) -> None:
     gpu, mem = d.utilization(h)
-    out[k.GPU_UTIL] = gpu
-    out[k.MEM_COPY_UTIL] = mem
+    out[GPU_UTIL] = gpu
+    out[MEM_COPY_UTIL] = mem
 
 
 def _encoder(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.ENC_UTIL] = d.encoder_utilization(h)
+    out[ENC_UTIL] = d.encoder_utilization(h)
 
 
 def _decoder(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.DEC_UTIL] = d.decoder_utilization(h)
+    out[DEC_UTIL] = d.decoder_utilization(h)
 
 
 def _memory(d: Driver, h: Handle, out: Metrics) -> None:
     used, free, reserved = d.memory(h)
     # rounded up to whole MiB: that is what nvidia-smi shows (checked on the H200: truncating
     # read 1 MiB low on all three, rounding to nearest still 1 MiB low on free and reserved)
-    out[k.FB_USED] = math.ceil(used / _FB_USED)
-    out[k.FB_FREE] = math.ceil(free / _FB_FREE)
-    out[k.FB_RESERVED] = math.ceil(reserved / _FB_RESERVED)
+    out[FB_USED] = math.ceil(used / _FB_USED)
+    out[FB_FREE] = math.ceil(free / _FB_FREE)
+    out[FB_RESERVED] = math.ceil(reserved / _FB_RESERVED)
 
 
 def _power(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.POWER_USAGE] = d.power(h) / _POWER
+    out[POWER_USAGE] = d.power(h) / _POWER
 
 
 def _energy(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.TOTAL_ENERGY_CONSUMPTION] = d.energy(h)
+    out[TOTAL_ENERGY_CONSUMPTION] = d.energy(h)
 
 
 def _temperature(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.GPU_TEMP] = d.temperature(h)
+    out[GPU_TEMP] = d.temperature(h)
 
 
 def _memory_temperature(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.MEMORY_TEMP] = d.memory_temperature(h)
+    out[MEMORY_TEMP] = d.memory_temperature(h)
 
 
 def _sm_clock(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.SM_CLOCK] = d.sm_clock(h)
+    out[SM_CLOCK] = d.sm_clock(h)
 
 
 def _mem_clock(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.MEM_CLOCK] = d.mem_clock(h)
+    out[MEM_CLOCK] = d.mem_clock(h)
 
 
 def _clocks_event_reasons(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.CLOCKS_EVENT_REASONS] = d.clocks_event_reasons(h)
+    out[CLOCKS_EVENT_REASONS] = d.clocks_event_reasons(h)
 
 
 def _pcie_replay(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.PCIE_REPLAY_COUNTER] = d.pcie_replay(h)
+    out[PCIE_REPLAY_COUNTER] = d.pcie_replay(h)
 
 
 def _ecc_sbe(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.ECC_SBE_VOL_TOTAL] = d.ecc_volatile(h, uncorrected=False)
+    out[ECC_SBE_VOL_TOTAL] = d.ecc_volatile(h, uncorrected=False)
 
 
 def _ecc_dbe(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.ECC_DBE_VOL_TOTAL] = d.ecc_volatile(h, uncorrected=True)
+    out[ECC_DBE_VOL_TOTAL] = d.ecc_volatile(h, uncorrected=True)
 
 
 def _pstate(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.PSTATE] = d.pstate(h)
+    out[PSTATE] = d.pstate(h)
 
 
 def _power_limit(d: Driver, h: Handle, out: Metrics) -> None:
-    out[k.POWER_MGMT_LIMIT] = d.power_limit(h) / _LIMIT
+    out[POWER_MGMT_LIMIT] = d.power_limit(h) / _LIMIT
 
 
 READERS: dict[str, Reader] = {
