@@ -24,6 +24,7 @@ from agent.runtime import Agent
 from agent.sampler import Identity
 from agent.stats import counter, families, gauge, snapshot
 from telemetry.catalog import CATALOG
+from telemetry.keys import DRIVER_VERSION_LABEL
 from telemetry.records import GpuRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -48,7 +49,7 @@ def gpu_labels(t: GpuTarget, node: str, driver_version: str, owner: Owner) -> st
     parts = [
         f'gpu="{t.index}"', f'UUID="{_esc(t.key)}"', f'pci_bus_id="{_esc(t.pci_bus_id)}"',
         f'device="nvidia{t.minor}"', f'modelName="{_esc(t.model)}"', f'Hostname="{_esc(node)}"',
-        f'DCGM_FI_DRIVER_VERSION="{_esc(driver_version)}"',
+        f'{DRIVER_VERSION_LABEL}="{_esc(driver_version)}"',
     ]
     if t.mig_profile is not None:
         parts += [f'GPU_I_PROFILE="{_esc(t.mig_profile)}"', f'GPU_I_ID="{t.gpu_instance_id}"']

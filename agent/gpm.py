@@ -6,7 +6,9 @@ sample buffers and alternates them: one ``gpm_sample`` call per GPU sample, and 
 metrics cover the whole interval since the previous sample (an average, like DCGM's).
 Unlike DCGM's profiling module, GPM does not lock out Nsight or CUPTI users.
 
-GPM reports percent and MiB/s; DCGM's keys are ratios and bytes/s, hence the scales.
+GPM reports percent and MiB/s; DCGM's keys are ratios and bytes/s: each catalog row's
+``nvml_divisor`` says how to turn one into the other. This module only knows which GPM
+metric id yields which key.
 """
 
 from __future__ import annotations
@@ -16,26 +18,29 @@ from dataclasses import dataclass, field
 import pynvml as nv
 
 from agent.driver.base import Driver, GpmSample, Handle
+from telemetry import keys as k
+from telemetry.catalog import BY_KEY
 
 MIN_GAP_S = 0.1
 
-# catalog key -> (GPM metric id, scale to DCGM units)
-GPM_METRICS: dict[str, tuple[int, float]] = {
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (nv.NVML_GPM_METRIC_GRAPHICS_UTIL, 0.01),
-    "DCGM_FI_PROF_SM_ACTIVE": (nv.NVML_GPM_METRIC_SM_UTIL, 0.01),
-    "DCGM_FI_PROF_SM_OCCUPANCY": (nv.NVML_GPM_METRIC_SM_OCCUPANCY, 0.01),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL, 0.01),
-    "DCGM_FI_PROF_DRAM_ACTIVE": (nv.NVML_GPM_METRIC_DRAM_BW_UTIL, 0.01),
-    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": (nv.NVML_GPM_METRIC_FP64_UTIL, 0.01),
-    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": (nv.NVML_GPM_METRIC_FP32_UTIL, 0.01),
-    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": (nv.NVML_GPM_METRIC_FP16_UTIL, 0.01),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": (nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC, float(1 << 20)),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": (nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC, float(1 << 20)),
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": (nv.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, float(1 << 20)),
-    "DCGM_FI_PROF_NVLINK_RX_BYTES": (nv.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, float(1 << 20)),
+# catalog key -> GPM metric id
+GPM_METRICS: dict[str, int] = {
+    k.GR_ENGINE_ACTIVE: nv.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    k.SM_ACTIVE: nv.NVML_GPM_METRIC_SM_UTIL,
+    k.SM_OCCUPANCY: nv.NVML_GPM_METRIC_SM_OCCUPANCY,
+    k.PIPE_TENSOR_ACTIVE: nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    k.DRAM_ACTIVE: nv.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    k.PIPE_FP64_ACTIVE: nv.NVML_GPM_METRIC_FP64_UTIL,
+    k.PIPE_FP32_ACTIVE: nv.NVML_GPM_METRIC_FP32_UTIL,
+    k.PIPE_FP16_ACTIVE: nv.NVML_GPM_METRIC_FP16_UTIL,
+    k.PCIE_TX_BYTES: nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+    k.PCIE_RX_BYTES: nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    k.NVLINK_TX_BYTES: nv.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+    k.NVLINK_RX_BYTES: nv.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
 }
-_IDS = tuple(metric_id for metric_id, _ in GPM_METRICS.values())
-_BY_ID = {metric_id: (key, scale) for key, (metric_id, scale) in GPM_METRICS.items()}
+_IDS = tuple(GPM_METRICS.values())
+# GPM metric id -> (catalog key, divisor to DCGM units), resolved once
+_BY_ID = {metric_id: (key, BY_KEY[key].nvml_divisor) for key, metric_id in GPM_METRICS.items()}
 
 
 @dataclass(slots=True)
@@ -66,8 +71,8 @@ class GpmState:
             values = driver.gpm_metrics(self.buffers[self.newest], self.buffers[target], _IDS)
             last = {}
             for metric_id, value in values.items():
-                key, scale = _BY_ID[metric_id]
-                last[key] = value * scale
+                key, divisor = _BY_ID[metric_id]
+                last[key] = value / divisor
             self.last = last
             out.update(last)
         self.newest = target

@@ -24,6 +24,7 @@ import pynvml as nv
 from agent.devices import GpuTarget
 from agent.driver.base import Driver
 from agent.readers import READERS
+from telemetry.keys import XID_ERRORS
 from telemetry.records import GpuRecord, ProcessRecord
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class Sampler:
                 self.errors[f"gpm:{exc.__class__.__name__}"] += 1
             stats.add("gpm", clock() - t0)
         if t.parent is None:  # XIDs belong to the physical GPU, not to a MIG instance
-            metrics["DCGM_FI_DEV_XID_ERRORS"] = self.xid.get(t.key, 0)
+            metrics[XID_ERRORS] = self.xid.get(t.key, 0)
         processes = self._processes(t, "process_utilization" not in self.slow or "process_utilization" in slow_due) \
             if t.processes else []
         t.last_metrics.update(metrics)

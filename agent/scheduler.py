@@ -27,8 +27,35 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
+
+from telemetry.catalog import BY_KEY
+from telemetry.keys import (
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    MEM_COPY_UTIL,
+    POWER_MGMT_LIMIT,
+    POWER_USAGE,
+    SM_ACTIVE,
+    XID_ERRORS,
+)
 
 VOLATILE = 0.15  # a change of 15% of a metric's range counts as a jump
+BUSY = 0.05  # at work from 5% of SM activity (or, without GPM, of GPU utilisation)
+
+
+def _full_scale(key: str) -> float:
+    scale = BY_KEY[key].full_scale
+    if scale is None:
+        raise ValueError(f"{key} is not a share (percent or ratio)")
+    return scale
+
+
+#: the shares whose moves count, with their full scales (resolved once: a hot path)
+_SHARES: Final = tuple((key, _full_scale(key)) for key in (GPU_UTIL, SM_ACTIVE, MEM_COPY_UTIL))
+_BUSY_SM: Final = BUSY * _full_scale(SM_ACTIVE)
+_BUSY_UTIL: Final = BUSY * _full_scale(GPU_UTIL)
 
 
 @dataclass(slots=True)
@@ -60,32 +87,28 @@ def volatility(prev: Mapping[str, float] | None, cur: Mapping[str, float]) -> fl
     if prev is None:
         return 1.0
     score = 0.0
-    for key, scale in (
-        ("DCGM_FI_DEV_GPU_UTIL", 100.0),
-        ("DCGM_FI_PROF_SM_ACTIVE", 1.0),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", 100.0),
-    ):
+    for key, scale in _SHARES:
         a, b = prev.get(key), cur.get(key)
         if a is not None and b is not None:
             score = max(score, abs(b - a) / scale)
-    power, prev_power = cur.get("DCGM_FI_DEV_POWER_USAGE"), prev.get("DCGM_FI_DEV_POWER_USAGE")
-    limit = cur.get("DCGM_FI_DEV_POWER_MGMT_LIMIT") or 0.0
+    power, prev_power = cur.get(POWER_USAGE), prev.get(POWER_USAGE)
+    limit = cur.get(POWER_MGMT_LIMIT) or 0.0
     if power is not None and prev_power is not None and limit > 0:
         score = max(score, abs(power - prev_power) / limit)
-    used, prev_used = cur.get("DCGM_FI_DEV_FB_USED"), prev.get("DCGM_FI_DEV_FB_USED")
-    free = cur.get("DCGM_FI_DEV_FB_FREE")
+    used, prev_used = cur.get(FB_USED), prev.get(FB_USED)
+    free = cur.get(FB_FREE)
     if used is not None and prev_used is not None and free is not None and used + free > 0:
         score = max(score, 4.0 * abs(used - prev_used) / (used + free))
-    if cur.get("DCGM_FI_DEV_XID_ERRORS") != prev.get("DCGM_FI_DEV_XID_ERRORS"):
+    if cur.get(XID_ERRORS) != prev.get(XID_ERRORS):
         score = 1.0
     return score
 
 
 def is_busy(metrics: Mapping[str, float]) -> bool:
-    sm = metrics.get("DCGM_FI_PROF_SM_ACTIVE")
+    sm = metrics.get(SM_ACTIVE)
     if sm is not None:
-        return sm >= 0.05
-    return metrics.get("DCGM_FI_DEV_GPU_UTIL", 0.0) >= 5
+        return sm >= _BUSY_SM
+    return metrics.get(GPU_UTIL, 0.0) >= _BUSY_UTIL
 
 
 def slow_periods(latency_s: Mapping[str, float], threshold_s: float, duty: float) -> dict[str, float]:

@@ -22,15 +22,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from telemetry.clocks import THROTTLES, members
+from telemetry.keys import CLOCKS_EVENT_REASONS, ECC_DBE_VOL_TOTAL, ECC_SBE_VOL_TOTAL
 from telemetry.records import EventRecord
-
-REASONS_KEY: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
-DBE_KEY: Final = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
-SBE_KEY: Final = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 
 #: (bit, name) of each throttling reason, as plain ints: this runs on every sample
 _THROTTLE_BITS: Final = tuple((int(r), str(r.name)) for r in members(THROTTLES))
 _INT32_MAX: Final = 2**31 - 1
+_ECC: Final = ((ECC_DBE_VOL_TOTAL, "ecc_dbe", "uncorrectable"), (ECC_SBE_VOL_TOTAL, "ecc_sbe", "corrected"))
 
 
 @dataclass(slots=True)
@@ -52,11 +50,11 @@ class GpuTransitions:
 
     def update(self, ts: float, metrics: Mapping[str, float]) -> list[EventRecord]:
         events: list[EventRecord] = []
-        mask = metrics.get(REASONS_KEY)
+        mask = metrics.get(CLOCKS_EVENT_REASONS)
         if isinstance(mask, int) and not isinstance(mask, bool):
             for bit, name in _THROTTLE_BITS:
                 events += self._reason(bit, name, bool(mask & bit), ts)
-        for key, kind, label in ((DBE_KEY, "ecc_dbe", "uncorrectable"), (SBE_KEY, "ecc_sbe", "corrected")):
+        for key, kind, label in _ECC:
             value = metrics.get(key)
             if not isinstance(value, int) or isinstance(value, bool):
                 continue

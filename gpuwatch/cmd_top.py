@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from telemetry.keys import FB_FREE, FB_USED, GPU_TEMP, POWER_USAGE, SM_ACTIVE
+
 _DEFAULT_URL = "http://127.0.0.1:8080"
 _COLOURS = {"ok": "green", "degraded": "yellow", "critical": "bold red", "stale": "bright_black",
             "no_data": "bright_black"}
@@ -45,7 +47,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def _memory(m: dict[str, float]) -> str:
-    used, free = m.get("DCGM_FI_DEV_FB_USED"), m.get("DCGM_FI_DEV_FB_FREE")
+    used, free = m.get(FB_USED), m.get(FB_FREE)
     if used is None:
         return "-"
     if free is None:
@@ -116,8 +118,8 @@ def fleet_table(gpus: list[dict[str, Any]], title: str, height: int | None = Non
         age = age_text(g.get("sample_age_seconds"), compact=True)
         index = g.get("gpu_index")
         table.add_row(
-            g["node"], "?" if index is None else str(index), _pods(g, room), _pct(m.get("DCGM_FI_PROF_SM_ACTIVE")),
-            _memory(m), _num(m.get("DCGM_FI_DEV_POWER_USAGE"), ".0f"), _num(m.get("DCGM_FI_DEV_GPU_TEMP"), ".0f"),
+            g["node"], "?" if index is None else str(index), _pods(g, room), _pct(m.get(SM_ACTIVE)),
+            _memory(m), _num(m.get(POWER_USAGE), ".0f"), _num(m.get(GPU_TEMP), ".0f"),
             f"[{_COLOURS.get(g['health'], 'white')}]{g['health'].replace('_', ' ')}[/]",
             f"[red]{age}[/]" if g.get("stale") else age,
             str(g["open_anomalies"]),

@@ -15,15 +15,30 @@ come from the XID event thread, not from polling.
 1e-4 for ratios, and never coarser than the source's own resolution otherwise (NVML
 reports power in mW, hence 0.001 W). ``0`` means the value is an integer and is sent
 exactly.
+
+``nvml_divisor`` turns the driver's number into the key's DCGM unit: the value is the
+driver's divided by it (NVML reports power in mW, memory in bytes, GPM utilisations in
+percent and GPM bandwidths in MiB/s), so the agent's readers (:mod:`agent.readers`,
+:mod:`agent.gpm`) hold no unit of their own. A divisor rather than a factor because
+``mW / 1000`` is exact where ``mW * 0.001`` is not.
+
+``rollup`` is how the store folds a bucket of samples into one rollup value: ``avg`` for a
+gauge, ``max`` for a counter (it only grows, so the largest is the latest) and for the
+last-XID gauge (the worst code), ``bit_or`` for a bitmask (every reason seen). ``keep_max``
+marks an averaged gauge whose peak in a bucket is kept too (``<col>_max``). The store's
+schema (:mod:`collector.store.schema`) and its generated SQL are built from these fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import KW_ONLY, dataclass
+from typing import Final, Literal
+
+from telemetry import keys as k
 
 MetricKind = Literal["gauge", "counter"]
 CostClass = Literal["fast", "slow", "gpm", "event"]
+RollupFn = Literal["avg", "max", "bit_or"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +53,29 @@ class Metric:
     source: str
     cost: CostClass
     resolution: float = 0.0
+    _: KW_ONLY
+    nvml_divisor: float = 1.0
+    rollup: RollupFn = "avg"
+    keep_max: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind == "counter" and self.rollup != "max":
+            raise ValueError(f"{self.key}: a counter rolls up by max (its latest value), not {self.rollup}")
+        if self.keep_max and self.rollup != "avg":
+            raise ValueError(f"{self.key}: keep_max is for averaged gauges; {self.rollup} already keeps it")
 
     @property
     def is_integer(self) -> bool:
         """Integers are exact on the wire; floats may be quantised to ``resolution``."""
         return self.resolution == 0.0
+
+    @property
+    def full_scale(self) -> float | None:
+        """The value of "all of it" for a share (100 for a percent, 1 for a ratio); None otherwise.
+
+        Lets code compare shares across units (a 15% move of GPU_UTIL and of SM_ACTIVE alike).
+        """
+        return _FULL_SCALE.get(self.unit)
 
     @property
     def is_profiling(self) -> bool:
@@ -51,99 +84,121 @@ class Metric:
 
 
 RATIO = 1e-4
+_FULL_SCALE: Final[dict[str, float]] = {"%": 100.0, "ratio": 1.0}
+_MILLI: Final = 1000.0  # mW -> W
+_PERCENT: Final = 100.0  # percent -> ratio
+_BYTES_PER_MIB: Final = float(1 << 20)  # bytes -> MiB
+_MIB_PER_BYTE: Final = 1.0 / (1 << 20)  # MiB/s -> B/s (exact: a power of two)
 _G: MetricKind = "gauge"
 _C: MetricKind = "counter"
 
 CATALOG: tuple[Metric, ...] = (
-    Metric("DCGM_FI_DEV_GPU_UTIL", 203, "%", _G, "GPU utilization (in %).", "utilization", "fast"),
-    Metric("DCGM_FI_DEV_MEM_COPY_UTIL", 204, "%", _G, "Memory utilization (in %).", "utilization", "fast"),
-    Metric("DCGM_FI_DEV_ENC_UTIL", 206, "%", _G, "Encoder utilization (in %).", "encoder", "fast"),
-    Metric("DCGM_FI_DEV_DEC_UTIL", 207, "%", _G, "Decoder utilization (in %).", "decoder", "fast"),
-    Metric("DCGM_FI_DEV_FB_FREE", 251, "MiB", _G, "Framebuffer memory free (in MiB).", "memory", "fast"),
-    Metric("DCGM_FI_DEV_FB_USED", 252, "MiB", _G, "Framebuffer memory used (in MiB).", "memory", "fast"),
-    Metric("DCGM_FI_DEV_FB_RESERVED", 253, "MiB", _G, "Framebuffer memory reserved (in MiB).", "memory", "fast"),
-    Metric("DCGM_FI_DEV_POWER_USAGE", 155, "W", _G, "Power draw (in W).", "power", "fast", 0.001),
+    Metric(k.GPU_UTIL, 203, "%", _G, "GPU utilization (in %).", "utilization", "fast"),
+    Metric(k.MEM_COPY_UTIL, 204, "%", _G, "Memory utilization (in %).", "utilization", "fast"),
+    Metric(k.ENC_UTIL, 206, "%", _G, "Encoder utilization (in %).", "encoder", "fast"),
+    Metric(k.DEC_UTIL, 207, "%", _G, "Decoder utilization (in %).", "decoder", "fast"),
     Metric(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 156, "mJ", _C,
-        "Total energy consumption since boot (in mJ).", "energy", "slow",
-    ),
-    Metric("DCGM_FI_DEV_GPU_TEMP", 150, "C", _G, "GPU temperature (in C).", "temperature", "fast"),
-    Metric("DCGM_FI_DEV_MEMORY_TEMP", 140, "C", _G, "Memory temperature (in C).", "memory_temperature", "fast"),
-    Metric("DCGM_FI_DEV_SM_CLOCK", 100, "MHz", _G, "SM clock frequency (in MHz).", "sm_clock", "fast"),
-    Metric("DCGM_FI_DEV_MEM_CLOCK", 101, "MHz", _G, "Memory clock frequency (in MHz).", "mem_clock", "fast"),
-    Metric(
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 112, "bitmask", _G,
-        "Current clock event (throttle) reasons as a bitmask.", "clocks_event_reasons", "fast",
+        k.FB_FREE, 251, "MiB", _G, "Framebuffer memory free (in MiB).", "memory", "fast",
+        nvml_divisor=_BYTES_PER_MIB,
     ),
     Metric(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 202, "count", _C,
-        "Total number of PCIe retries.", "pcie_replay", "fast",
-    ),
-    Metric("DCGM_FI_DEV_XID_ERRORS", 230, "xid", _G, "Value of the last XID error encountered.", "xid", "event"),
-    Metric(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 310, "count", _C,
-        "Total number of single-bit volatile ECC errors.", "ecc_sbe", "fast",
+        k.FB_USED, 252, "MiB", _G, "Framebuffer memory used (in MiB).", "memory", "fast",
+        nvml_divisor=_BYTES_PER_MIB, keep_max=True,
     ),
     Metric(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 311, "count", _C,
-        "Total number of double-bit volatile ECC errors.", "ecc_dbe", "fast",
-    ),
-    Metric("DCGM_FI_DEV_PSTATE", 190, "pstate", _G, "Performance state (P-state) 0-15.", "pstate", "fast"),
-    Metric(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT", 160, "W", _G,
-        "Current power limit for the device (in W).", "power_limit", "fast", 0.001,
+        k.FB_RESERVED, 253, "MiB", _G, "Framebuffer memory reserved (in MiB).", "memory", "fast",
+        nvml_divisor=_BYTES_PER_MIB,
     ),
     Metric(
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, "ratio", _G,
-        "Ratio of time the graphics engine is active.", "gpm", "gpm", RATIO,
+        k.POWER_USAGE, 155, "W", _G, "Power draw (in W).", "power", "fast", 0.001,
+        nvml_divisor=_MILLI, keep_max=True,
     ),
     Metric(
-        "DCGM_FI_PROF_SM_ACTIVE", 1002, "ratio", _G,
-        "The ratio of cycles an SM has at least 1 warp assigned.", "gpm", "gpm", RATIO,
+        k.TOTAL_ENERGY_CONSUMPTION, 156, "mJ", _C,
+        "Total energy consumption since boot (in mJ).", "energy", "slow", rollup="max",
+    ),
+    Metric(k.GPU_TEMP, 150, "C", _G, "GPU temperature (in C).", "temperature", "fast", keep_max=True),
+    Metric(
+        k.MEMORY_TEMP, 140, "C", _G, "Memory temperature (in C).", "memory_temperature", "fast", keep_max=True,
+    ),
+    Metric(k.SM_CLOCK, 100, "MHz", _G, "SM clock frequency (in MHz).", "sm_clock", "fast"),
+    Metric(k.MEM_CLOCK, 101, "MHz", _G, "Memory clock frequency (in MHz).", "mem_clock", "fast"),
+    Metric(
+        k.CLOCKS_EVENT_REASONS, 112, "bitmask", _G,
+        "Current clock event (throttle) reasons as a bitmask.", "clocks_event_reasons", "fast", rollup="bit_or",
     ),
     Metric(
-        "DCGM_FI_PROF_SM_OCCUPANCY", 1003, "ratio", _G,
-        "The ratio of number of warps resident on an SM.", "gpm", "gpm", RATIO,
+        k.PCIE_REPLAY_COUNTER, 202, "count", _C,
+        "Total number of PCIe retries.", "pcie_replay", "fast", rollup="max",
     ),
     Metric(
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1004, "ratio", _G,
-        "Ratio of cycles the tensor (HMMA) pipe is active.", "gpm", "gpm", RATIO,
+        k.XID_ERRORS, 230, "xid", _G, "Value of the last XID error encountered.", "xid", "event", rollup="max",
     ),
     Metric(
-        "DCGM_FI_PROF_DRAM_ACTIVE", 1005, "ratio", _G,
+        k.ECC_SBE_VOL_TOTAL, 310, "count", _C,
+        "Total number of single-bit volatile ECC errors.", "ecc_sbe", "fast", rollup="max",
+    ),
+    Metric(
+        k.ECC_DBE_VOL_TOTAL, 311, "count", _C,
+        "Total number of double-bit volatile ECC errors.", "ecc_dbe", "fast", rollup="max",
+    ),
+    Metric(k.PSTATE, 190, "pstate", _G, "Performance state (P-state) 0-15.", "pstate", "fast"),
+    Metric(
+        k.POWER_MGMT_LIMIT, 160, "W", _G,
+        "Current power limit for the device (in W).", "power_limit", "fast", 0.001, nvml_divisor=_MILLI,
+    ),
+    Metric(
+        k.GR_ENGINE_ACTIVE, 1001, "ratio", _G,
+        "Ratio of time the graphics engine is active.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
+    ),
+    Metric(
+        k.SM_ACTIVE, 1002, "ratio", _G,
+        "The ratio of cycles an SM has at least 1 warp assigned.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
+    ),
+    Metric(
+        k.SM_OCCUPANCY, 1003, "ratio", _G,
+        "The ratio of number of warps resident on an SM.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
+    ),
+    Metric(
+        k.PIPE_TENSOR_ACTIVE, 1004, "ratio", _G,
+        "Ratio of cycles the tensor (HMMA) pipe is active.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
+    ),
+    Metric(
+        k.DRAM_ACTIVE, 1005, "ratio", _G,
         "Ratio of cycles the device memory interface is active sending or receiving data.", "gpm", "gpm", RATIO,
+        nvml_divisor=_PERCENT,
     ),
     Metric(
-        "DCGM_FI_PROF_PIPE_FP64_ACTIVE", 1006, "ratio", _G,
-        "Ratio of cycles the fp64 pipes are active.", "gpm", "gpm", RATIO,
+        k.PIPE_FP64_ACTIVE, 1006, "ratio", _G,
+        "Ratio of cycles the fp64 pipes are active.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
     ),
     Metric(
-        "DCGM_FI_PROF_PIPE_FP32_ACTIVE", 1007, "ratio", _G,
-        "Ratio of cycles the fp32 pipes are active.", "gpm", "gpm", RATIO,
+        k.PIPE_FP32_ACTIVE, 1007, "ratio", _G,
+        "Ratio of cycles the fp32 pipes are active.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
     ),
     Metric(
-        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", 1008, "ratio", _G,
-        "Ratio of cycles the fp16 pipes are active.", "gpm", "gpm", RATIO,
+        k.PIPE_FP16_ACTIVE, 1008, "ratio", _G,
+        "Ratio of cycles the fp16 pipes are active.", "gpm", "gpm", RATIO, nvml_divisor=_PERCENT,
     ),
     Metric(
-        "DCGM_FI_PROF_PCIE_TX_BYTES", 1009, "B/s", _G,
+        k.PCIE_TX_BYTES, 1009, "B/s", _G,
         "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads"
-        " - in bytes per second.", "gpm", "gpm", 1.0,
+        " - in bytes per second.", "gpm", "gpm", 1.0, nvml_divisor=_MIB_PER_BYTE,
     ),
     Metric(
-        "DCGM_FI_PROF_PCIE_RX_BYTES", 1010, "B/s", _G,
+        k.PCIE_RX_BYTES, 1010, "B/s", _G,
         "The rate of data received over the PCIe bus - including both protocol headers and data payloads"
-        " - in bytes per second.", "gpm", "gpm", 1.0,
+        " - in bytes per second.", "gpm", "gpm", 1.0, nvml_divisor=_MIB_PER_BYTE,
     ),
     Metric(
-        "DCGM_FI_PROF_NVLINK_TX_BYTES", 1011, "B/s", _G,
+        k.NVLINK_TX_BYTES, 1011, "B/s", _G,
         "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
-        "gpm", "gpm", 1.0,
+        "gpm", "gpm", 1.0, nvml_divisor=_MIB_PER_BYTE,
     ),
     Metric(
-        "DCGM_FI_PROF_NVLINK_RX_BYTES", 1012, "B/s", _G,
+        k.NVLINK_RX_BYTES, 1012, "B/s", _G,
         "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
-        "gpm", "gpm", 1.0,
+        "gpm", "gpm", 1.0, nvml_divisor=_MIB_PER_BYTE,
     ),
 )
 
@@ -172,12 +227,20 @@ def metrics_markdown() -> str:
         "",
         "Generated from `telemetry/catalog.py` by `gpuwatch catalog --markdown`; a test keeps them equal.",
         "",
-        "| key | DCGM field id | unit | type | NVML source | cost | wire resolution | help |",
-        "|---|---|---|---|---|---|---|---|",
+        "Adding a metric is one row in `telemetry/catalog.py` (its key also in `telemetry/keys.py` when code"
+        " names it) and one reader (`agent/readers.py` for a driver call, or an entry in `agent/gpm.py`);"
+        " then `gpuwatch catalog --markdown > docs/metrics.md` and `gpuwatch catalog --sql`, which regenerates"
+        " the migrations' metric columns and names any row that still needs a migration"
+        " (`collector.store.sqlgen.add_metrics_sql` writes the plain profile's).",
+        "",
+        "| key | DCGM field id | unit | type | NVML source | cost | wire resolution | rollup | help |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in CATALOG:
         res = "exact integer" if m.is_integer else repr(m.resolution)
+        rollup = f"{m.rollup} (and max)" if m.keep_max else m.rollup
         lines.append(
-            f"| `{m.key}` | {m.field_id} | {m.unit} | {m.kind} | `{m.source}` | {m.cost} | {res} | {m.help} |"
+            f"| `{m.key}` | {m.field_id} | {m.unit} | {m.kind} | `{m.source}` | {m.cost} | {res} | {rollup}"
+            f" | {m.help} |"
         )
     return "\n".join(lines) + "\n"

@@ -157,7 +157,7 @@ def supported_keys(model: str) -> set[str]:
             continue
         keys.update(out)
     if fleet.gpm_supported(h):
-        key_of = {metric_id: key for key, (metric_id, _scale) in GPM_METRICS.items()}
+        key_of = {metric_id: key for key, metric_id in GPM_METRICS.items()}
         first, second = fleet.gpm_alloc(), fleet.gpm_alloc()
         fleet.gpm_sample(h, first)
         now[0] = 1.0

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.transitions import REASONS_KEY, GpuTransitions
+from agent.transitions import GpuTransitions
 from collector.detect import throttle
 from telemetry.clocks import POWER, THERMAL, THROTTLES, ClockEventReason, members, names
+from telemetry.keys import CLOCKS_EVENT_REASONS as REASONS_KEY
 from telemetry.records import EventRecord
 from telemetry.wire import Message, MessageType, decode_event, encode_event, stream_headers
 from telemetry.xid import GPU_LOST, OUT_OF_SERVICE, XIDS, describe

@@ -53,7 +53,7 @@ def test_gpm_needs_two_samples_100ms_apart() -> None:
     fleet, now = _fleet()
     h = fleet.handle_by_index(0)
     s1, s2 = fleet.gpm_alloc(), fleet.gpm_alloc()
-    ids = tuple(i for i, _ in GPM_METRICS.values())
+    ids = tuple(GPM_METRICS.values())
     fleet.gpm_sample(h, s1)
     with pytest.raises(nv.NVMLError_InvalidArgument):
         fleet.gpm_metrics(s1, s2, ids)  # second buffer never filled

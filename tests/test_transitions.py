@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from agent.transitions import DBE_KEY, REASONS_KEY, SBE_KEY, GpuTransitions
+from agent.transitions import GpuTransitions
+from telemetry.keys import CLOCKS_EVENT_REASONS as REASONS_KEY
+from telemetry.keys import ECC_DBE_VOL_TOTAL as DBE_KEY
+from telemetry.keys import ECC_SBE_VOL_TOTAL as SBE_KEY
 
 
 def _feed(tr: GpuTransitions, masks: list[int], start: float = 100.0) -> list[tuple[float, str, int | None]]:

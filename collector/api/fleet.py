@@ -24,25 +24,41 @@ import asyncpg
 from collector.api.health import Health, OpenAnomaly, judge
 from collector.api.principal import Principal
 from collector.store.schema import BY_KEY
+from telemetry.keys import (
+    CLOCKS_EVENT_REASONS,
+    DRAM_ACTIVE,
+    ECC_DBE_VOL_TOTAL,
+    FB_FREE,
+    FB_USED,
+    GPU_TEMP,
+    GPU_UTIL,
+    MEMORY_TEMP,
+    PIPE_TENSOR_ACTIVE,
+    POWER_MGMT_LIMIT,
+    POWER_USAGE,
+    SM_ACTIVE,
+    SM_CLOCK,
+    XID_ERRORS,
+)
 
 DEFAULT_STALE_AFTER: Final = timedelta(seconds=60)
 
 #: The metrics shown for each GPU in the fleet view (catalog keys).
 FLEET_METRICS: Final[tuple[str, ...]] = (
-    "DCGM_FI_PROF_SM_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_DRAM_ACTIVE",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    SM_ACTIVE,
+    PIPE_TENSOR_ACTIVE,
+    DRAM_ACTIVE,
+    GPU_UTIL,
+    FB_USED,
+    FB_FREE,
+    POWER_USAGE,
+    POWER_MGMT_LIMIT,
+    GPU_TEMP,
+    MEMORY_TEMP,
+    SM_CLOCK,
+    CLOCKS_EVENT_REASONS,
+    XID_ERRORS,
+    ECC_DBE_VOL_TOTAL,
 )
 _COLS: Final = [BY_KEY[k] for k in FLEET_METRICS]
 

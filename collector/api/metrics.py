@@ -32,8 +32,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from collector.api import auth, fleet
 from collector.api.context import ApiContext
 from collector.api.principal import Principal
+from telemetry.keys import SM_ACTIVE
 
-_SM = "DCGM_FI_PROF_SM_ACTIVE"
 _EVERYONE = Principal(0, "metrics", "viewer", None)
 _COUNTERS = (
     ("records", "gpuwatch_collector_records", "GPU records stored"),
@@ -150,7 +150,7 @@ async def _store_families(ctx: ApiContext, who: Principal) -> list[Any]:
     for svc in fleet.services(now, who):
         labels = [svc.namespace or "", svc.service]
         gpus.add_metric(labels, float(len(svc.gpus)))
-        active = [g.metrics[_SM] for g in svc.gpus.values() if _SM in g.metrics]
+        active = [g.metrics[SM_ACTIVE] for g in svc.gpus.values() if SM_ACTIVE in g.metrics]
         if active:
             sm.add_metric(labels, sum(active) / len(active))
         used = [h.used_memory_mib for g in svc.gpus.values() for h in g.holders

@@ -292,7 +292,7 @@ class XidOut(BaseModel):
 
 
 class ClockReasonOut(BaseModel):
-    bit: int = Field(description="the bit in DCGM_FI_DEV_CLOCKS_EVENT_REASONS (and the code of throttle events)")
+    bit: int = Field(description="the bit in the clock-event-reasons field (and the code of throttle events)")
     name: str
     meaning: str
     throttles: bool = Field(description="whether the reason holds the clocks below what the load asks for")

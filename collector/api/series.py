@@ -24,14 +24,10 @@ from typing import Any, Final
 from collector.api.principal import Principal
 from collector.store import queries
 from collector.store.schema import BY_KEY, ORIGIN_SQL, series_aggregate
+from telemetry.keys import FB_USED, GPU_TEMP, POWER_USAGE, SM_ACTIVE
 
 #: The metrics a series answers when none are asked for.
-DEFAULT_METRICS: Final[tuple[str, ...]] = (
-    "DCGM_FI_PROF_SM_ACTIVE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_GPU_TEMP",
-)
+DEFAULT_METRICS: Final[tuple[str, ...]] = (SM_ACTIVE, FB_USED, POWER_USAGE, GPU_TEMP)
 
 
 _TABLES: Final[dict[queries.Source, tuple[str, str]]] = {

@@ -35,7 +35,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from collector.periodic import every
-from collector.store.schema import ORIGIN_SQL, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
+from collector.store.schema import BY_KEY, ORIGIN_SQL, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
+from telemetry.keys import PIPE_TENSOR_ACTIVE, POWER_USAGE, SM_ACTIVE
 
 LOCK_KEY: Final = int.from_bytes(b"gwsvcuse", "big") & 0x7FFF_FFFF_FFFF_FFFF
 MAX_SAMPLE_GAP: Final = timedelta(seconds=30)
@@ -56,8 +57,8 @@ _TABLES: Final = ("service_pod_usage_1m", "service_usage_1m", "service_pod_usage
 _INSERT_POD_1M: Final = (
     f"INSERT INTO service_pod_usage_1m (bucket, namespace, service, pod, {_COLUMNS})\n"
     "WITH g AS (\n"
-    "  SELECT gpu, ts, dcgm_fi_prof_sm_active AS sm, dcgm_fi_prof_pipe_tensor_active AS tensor,"
-    " dcgm_fi_dev_power_usage AS power, lead(ts) OVER w - ts AS fwd, ts - lag(ts) OVER w AS back\n"
+    f"  SELECT gpu, ts, {BY_KEY[SM_ACTIVE].name} AS sm, {BY_KEY[PIPE_TENSOR_ACTIVE].name} AS tensor,"
+    f" {BY_KEY[POWER_USAGE].name} AS power, lead(ts) OVER w - ts AS fwd, ts - lag(ts) OVER w AS back\n"
     "  FROM gpu_samples WHERE ts >= $1::timestamptz - $3::interval AND ts < $2::timestamptz + $3::interval\n"
     "  WINDOW w AS (PARTITION BY gpu ORDER BY ts)\n"
     "), d AS (\n"

@@ -49,7 +49,8 @@ from collections.abc import Sequence
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.launch import COPYING
 from collector.detect.level import CUSUM_H, CUSUM_WINDOW, IDLE, PLATEAU, ZERO, ActivityLevel
-from collector.detect.state import SM_ACTIVE, GpuState
+from collector.detect.state import GpuState
+from telemetry.keys import SM_ACTIVE
 
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
 BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it

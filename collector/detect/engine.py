@@ -32,27 +32,27 @@ from collector.detect import activity, errors, general, launch, memory, throttle
 from collector.detect.anomaly import SEVERITIES, Anomaly
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
-from collector.detect.state import (
+from collector.detect.state import GpuState
+from telemetry.clocks import ClockEventReason
+from telemetry.keys import (
+    CLOCKS_EVENT_REASONS,
     DRAM_ACTIVE,
-    ECC_DBE,
-    ECC_SBE,
+    ECC_DBE_VOL_TOTAL,
+    ECC_SBE_VOL_TOTAL,
     FB_FREE,
     FB_RESERVED,
     FB_USED,
     GPU_TEMP,
     GPU_UTIL,
-    PCIE_REPLAY,
-    PCIE_RX,
-    PCIE_TX,
-    POWER,
-    POWER_LIMIT,
-    REASONS,
+    PCIE_REPLAY_COUNTER,
+    PCIE_RX_BYTES,
+    PCIE_TX_BYTES,
+    POWER_MGMT_LIMIT,
+    POWER_USAGE,
     SM_ACTIVE,
     SM_CLOCK,
-    XID,
-    GpuState,
+    XID_ERRORS,
 )
-from telemetry.clocks import ClockEventReason
 from telemetry.records import EventRecord, GpuRecord
 from telemetry.xid import GPU_LOST
 
@@ -109,8 +109,8 @@ class DetectionEngine:
         st.sm = sm if sm is not None else (None if util is None else util / 100.0)
         st.clock = m.get(SM_CLOCK)
         st.temp = m.get(GPU_TEMP)
-        st.reasons = int(m.get(REASONS, 0))
-        st.pcie = m.get(PCIE_TX, 0.0) + m.get(PCIE_RX, 0.0)
+        st.reasons = int(m.get(CLOCKS_EVENT_REASONS, 0))
+        st.pcie = m.get(PCIE_TX_BYTES, 0.0) + m.get(PCIE_RX_BYTES, 0.0)
         return self._judge(st, ts, m)
 
     def feed_event(self, event: EventRecord) -> list[Change]:
@@ -180,10 +180,10 @@ class DetectionEngine:
         cfg = self.cfg
         found: list[Finding] = []
         for f in (
-            errors.xid(st, m.get(XID), ts, cfg),
-            errors.ecc_dbe(st, m.get(ECC_DBE), ts, cfg),
-            errors.ecc_sbe(st, m.get(ECC_SBE), ts, cfg),
-            errors.pcie_replay(st, m.get(PCIE_REPLAY), ts, cfg),
+            errors.xid(st, m.get(XID_ERRORS), ts, cfg),
+            errors.ecc_dbe(st, m.get(ECC_DBE_VOL_TOTAL), ts, cfg),
+            errors.ecc_sbe(st, m.get(ECC_SBE_VOL_TOTAL), ts, cfg),
+            errors.pcie_replay(st, m.get(PCIE_REPLAY_COUNTER), ts, cfg),
         ):
             if f is not None:
                 found.append(f)
@@ -200,7 +200,7 @@ class DetectionEngine:
                 FREEZE_KINDS.isdisjoint(st.open) and FREEZE_KINDS.isdisjoint(st.pending)))
             lv.update(ts, st.sm, m.get(FB_USED), learn=not frozen)
             st.sm_rel = lv.fast / lv.level if lv.established else 1.0
-        perf = throttle.thermal(st, cfg) or throttle.power(st, cfg, m.get(POWER), m.get(POWER_LIMIT))
+        perf = throttle.thermal(st, cfg) or throttle.power(st, cfg, m.get(POWER_USAGE), m.get(POWER_MGMT_LIMIT))
         pod_peers = self._peers(self.pods, st.pod_key, st, ts) if st.pod_key is not None else []
         if perf is None:
             perf = activity.straggler(st, ts, cfg, pod_peers)
@@ -225,7 +225,7 @@ class DetectionEngine:
             unusual = general.observe(st, ts, m, cfg.metrics)
             if unusual is not None:
                 found.append(unusual)
-        self._learn(st, ts, perf, m.get(POWER), m.get(POWER_LIMIT))
+        self._learn(st, ts, perf, m.get(POWER_USAGE), m.get(POWER_MGMT_LIMIT))
         return self._apply(st, ts, found, complete=True)
 
     @staticmethod
@@ -251,7 +251,7 @@ class DetectionEngine:
             st.temp_base.update(ts, st.temp)
 
     def _lost_finding(self, st: GpuState, why: str) -> Finding:
-        return Finding(GPU_LOST.kind, GPU_LOST.severity, XID, f"{st.where()} is lost ({GPU_LOST.meaning})",
+        return Finding(GPU_LOST.kind, GPU_LOST.severity, XID_ERRORS, f"{st.where()} is lost ({GPU_LOST.meaning})",
                        [why, f"suggested action: {GPU_LOST.action}"], 0.0)
 
     def _recovered(self, st: GpuState, ts: float) -> list[Change]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import deque
 
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.state import ECC_DBE, ECC_SBE, PCIE_REPLAY, XID, GpuState
+from collector.detect.state import GpuState
+from telemetry.keys import ECC_DBE_VOL_TOTAL, ECC_SBE_VOL_TOTAL, PCIE_REPLAY_COUNTER, XID_ERRORS
 from telemetry.xid import describe
 
 
@@ -23,7 +24,7 @@ def xid_finding(st: GpuState, code: int, cfg: DetectorConfig) -> Finding:
     causes = [f"XID {code}: {info.meaning}", f"suggested action: {info.action}"]
     if info.kind == "ecc_dbe" and st.dbe is not None:
         causes.append(f"ECC double-bit total {st.dbe:.0f}")
-    return Finding(info.kind, info.severity, XID, summary, causes, 0.0)
+    return Finding(info.kind, info.severity, XID_ERRORS, summary, causes, 0.0)
 
 
 def xid(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
@@ -49,8 +50,8 @@ def ecc_dbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
     causes = [f"ECC double-bit errors +{st.dbe_jump:.0f} (total {value:.0f})"]
     if ts - st.xid_ts < 60 and st.xid:
         causes.append(f"XID {st.xid} at the same time")
-    return Finding("ecc_dbe", "critical", ECC_DBE, f"{st.where()} had an uncorrectable (double-bit) ECC error",
-                   causes, 0.0)
+    return Finding("ecc_dbe", "critical", ECC_DBE_VOL_TOTAL,
+                   f"{st.where()} had an uncorrectable (double-bit) ECC error", causes, 0.0)
 
 
 def _value_at(hist: deque[tuple[float, float]], ts: float) -> tuple[float, float] | None:
@@ -84,7 +85,7 @@ def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
         return None
     causes = [f"single-bit ECC errors +{second:.0f} in the last {w / 120:.1f} min vs +{first:.0f} before",
               f"total {value:.0f}"]
-    st.sbe_finding = Finding("ecc_sbe_rising", "warning", ECC_SBE,
+    st.sbe_finding = Finding("ecc_sbe_rising", "warning", ECC_SBE_VOL_TOTAL,
                              f"{st.where()} corrects more and more single-bit ECC errors", causes, 0.0)
     return st.sbe_finding
 
@@ -105,5 +106,5 @@ def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfi
         return None
     causes = [f"PCIe replays {rate:.0f}/s over {ts - old[0]:.0f} s (counter {value:.0f})",
               "link errors: check the riser, the slot and the link width/speed"]
-    return Finding("pcie_replay_storm", "warning", PCIE_REPLAY, f"{st.where()} is in a PCIe replay storm",
+    return Finding("pcie_replay_storm", "warning", PCIE_REPLAY_COUNTER, f"{st.where()} is in a PCIe replay storm",
                    causes, 0.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from collector.detect.anomaly import Severity
+from telemetry.keys import DRAM_ACTIVE, MEMORY_TEMP, POWER_USAGE
 
 
 @dataclass(slots=True)
@@ -36,9 +37,9 @@ class MetricSpec:
 
 
 DEFAULT_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("DCGM_FI_DEV_POWER_USAGE", 0.0, 1000.0, min_change=50.0),
-    MetricSpec("DCGM_FI_DEV_MEMORY_TEMP", 0.0, 110.0, min_change=5.0),
-    MetricSpec("DCGM_FI_PROF_DRAM_ACTIVE", 0.0, 1.0, min_change=0.1),
+    MetricSpec(POWER_USAGE, 0.0, 1000.0, min_change=50.0),
+    MetricSpec(MEMORY_TEMP, 0.0, 110.0, min_change=5.0),
+    MetricSpec(DRAM_ACTIVE, 0.0, 1.0, min_change=0.1),
 )
 
 

@@ -34,6 +34,7 @@ from collector.detect.level import PLATEAU
 from collector.detect.state import GpuState
 from collector.detect.univariate import UnivariateDetector
 from telemetry.catalog import BY_KEY
+from telemetry.keys import short_name
 
 QUIET_AFTER_S = 600.0
 KIND = "metric_anomaly"
@@ -97,7 +98,7 @@ def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[Met
 def _finding(st: GpuState, spec: MetricSpec, mean: float, score: float, seen: tuple[float, float]) -> Finding:
     known = BY_KEY.get(spec.metric)
     unit = f" {known.unit}" if known is not None and known.unit not in ("ratio", "") else ""
-    name = spec.metric.removeprefix("DCGM_FI_")
+    name = short_name(spec.metric)
     where = " at its working level" if spec.at_plateau else ""
     causes = [f"{name} {spec.every_s / 60:.0f}-minute mean {mean:.3g}{unit}; this workload's so far{where} "
               f"{seen[0]:.3g}-{seen[1]:.3g}{unit}",

@@ -19,7 +19,8 @@ hold for minutes (``launch_hold_s``).
 from __future__ import annotations
 
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.state import GPU_UTIL, GpuState
+from collector.detect.state import GpuState
+from telemetry.keys import GPU_UTIL
 
 TAU = 8.0
 DRAM_BUSY = 0.3  # DRAM activity above this: memory-bound, not launch-bound

@@ -13,7 +13,8 @@ so job starts do not count.
 from __future__ import annotations
 
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.state import FB_USED, GpuState
+from collector.detect.state import GpuState
+from telemetry.keys import FB_USED
 
 EVERY = 5.0  # seconds between kept samples
 STARTUP_S = 120.0  # a process's first minutes: loading weights and allocating caches, not leaking

@@ -18,8 +18,9 @@ import math
 
 from collector.detect.anomaly import Severity
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.state import GPU_TEMP, SM_CLOCK, GpuState
+from collector.detect.state import GpuState
 from telemetry.clocks import POWER, THERMAL, ClockEventReason, names
+from telemetry.keys import GPU_TEMP, SM_CLOCK
 
 # single bits as plain ints (tested on every record)
 _HW_THERMAL = int(ClockEventReason.HW_THERMAL)

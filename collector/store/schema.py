@@ -1,16 +1,16 @@
 """Column lists of the store, derived from the metric catalog.
 
-Why: the catalog (telemetry/catalog.py) is the one list of metrics. The migrations are
-frozen SQL files (a migration must never change once applied), so they spell the
-columns out; this module states what those columns must be, and a test compares a
-migrated database against it, so the schema cannot drift from the catalog. The
+Why: the catalog (telemetry/catalog.py) is the one list of metrics. The migrations'
+metric columns are generated from the lists here (:mod:`collector.store.sqlgen`, committed,
+a test regenerates them), and a test compares a migrated database against them, so the
+schema cannot drift from the catalog. The
 writer, the plain-profile rollups and the read queries build their SQL from these
 lists, so every identifier in a statement comes from here, never from input.
 
-Rollups keep one column per metric under the metric's own column name, aggregated as
-the metric's meaning asks: gauges are averaged, counters keep their largest (latest)
-value, the clock-event bitmask keeps every reason seen (``bit_or``) and the last-XID
-gauge keeps the largest code. A few gauges whose peaks matter also keep ``<col>_max``.
+Rollups keep one column per metric under the metric's own column name, aggregated by
+the catalog row's ``rollup`` (gauges averaged, counters their largest (latest) value,
+the clock-event bitmask every reason seen (``bit_or``), the last-XID gauge the largest
+code). Gauges whose peaks matter (the row's ``keep_max``) also keep ``<col>_max``.
 Each averaged gauge also keeps ``<col>_n``, the number of samples that had it, so that
 coarser steps weight each bucket's average by that count (a sample without the metric
 adds nothing to its average) rather than by the bucket's sample count.
@@ -18,14 +18,14 @@ adds nothing to its average) rather than by the bucket's sample count.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final, Literal
 
-from telemetry.catalog import CATALOG, Metric
+from telemetry.catalog import CATALOG, Metric, RollupFn
 
 SqlType = Literal["bigint", "double precision"]
-RollupAgg = Literal["avg", "max", "bit_or"]
 
 #: date_bin's origin for every bucket; with an explicit UTC offset so the session's
 #: TimeZone cannot shift it. TimescaleDB's time_bucket gives the same minute and hour
@@ -39,14 +39,6 @@ ROLLUP_1H_RETENTION: Final = timedelta(days=730)
 #: since the refresh policies look back 7 days (1 hour: 8) and would never see them.
 TIMESCALE_LATE_AFTER: Final = timedelta(days=6)
 
-#: Gauges whose peak within a bucket is worth keeping besides the average.
-KEEP_MAX: Final = frozenset({
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_FB_USED",
-})
-
 
 @dataclass(frozen=True, slots=True)
 class MetricColumn:
@@ -55,7 +47,7 @@ class MetricColumn:
     key: str
     name: str
     sql_type: SqlType
-    rollup: RollupAgg
+    rollup: RollupFn
     keep_max: bool
 
     @property
@@ -73,24 +65,13 @@ class MetricColumn:
         return f"{self.name}_n"
 
 
-def _rollup_agg(metric: Metric) -> RollupAgg:
-    if metric.kind == "counter":
-        return "max"  # counters only grow: the bucket's largest value is its last
-    if metric.unit == "bitmask":
-        return "bit_or"
-    if metric.unit == "xid":
-        return "max"
-    return "avg"
-
-
 def metric_column(metric: Metric) -> MetricColumn:
-    agg = _rollup_agg(metric)
     return MetricColumn(
         key=metric.key,
         name=metric.key.lower(),
         sql_type="bigint" if metric.is_integer else "double precision",
-        rollup=agg,
-        keep_max=metric.key in KEEP_MAX and agg == "avg",
+        rollup=metric.rollup,
+        keep_max=metric.keep_max,
     )
 
 
@@ -123,17 +104,24 @@ PROCESS_COLUMNS: Final[dict[str, str]] = {
 }
 
 
+def rollup_metric_columns(columns: Sequence[MetricColumn]) -> dict[str, SqlType]:
+    """A rollup's columns for ``columns``: each metric, then its ``_max`` where it keeps one."""
+    cols: dict[str, SqlType] = {}
+    for c in columns:
+        cols[c.name] = c.rollup_type
+        if c.keep_max:
+            cols[c.max_name] = c.sql_type
+    return cols
+
+
 def _gpu_rollup_columns() -> dict[str, str]:
     cols: dict[str, str] = {
         "bucket": "timestamp with time zone",
         "gpu": "text",
         "node": "text",
         "samples": "bigint",
+        **rollup_metric_columns(METRIC_COLUMNS),
     }
-    for c in METRIC_COLUMNS:
-        cols[c.name] = c.rollup_type
-        if c.keep_max:
-            cols[c.max_name] = c.sql_type
     for c in AVERAGED:  # added by migration 0050, hence last
         cols[c.count_name] = "bigint"
     return cols
@@ -183,31 +171,31 @@ def _weighted_avg(column: MetricColumn) -> str:
     return f"(sum({column.name} * {w}) / NULLIF(sum({w}), 0))::double precision"
 
 
-def raw_aggregates() -> list[tuple[str, str]]:
+def raw_aggregates(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> list[tuple[str, str]]:
     """(column, aggregate over raw ``gpu_samples`` rows) for a 1-minute rollup row."""
     out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "count(*)")]
-    for c in METRIC_COLUMNS:
+    for c in columns:
         if c.rollup == "avg":
             out.append((c.name, f"avg({c.name}::double precision)"))
         else:
             out.append((c.name, f"{c.rollup}({c.name})"))
         if c.keep_max:
             out.append((c.max_name, f"max({c.name})"))
-    out += [(c.count_name, f"count({c.name})") for c in AVERAGED]
+    out += [(c.count_name, f"count({c.name})") for c in columns if c.rollup == "avg"]
     return out
 
 
-def rollup_aggregates() -> list[tuple[str, str]]:
+def rollup_aggregates(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> list[tuple[str, str]]:
     """(column, aggregate over finer rollup rows) for a coarser rollup row (1m -> 1h)."""
     out: list[tuple[str, str]] = [("node", "max(node)"), ("samples", "sum(samples)::bigint")]
-    for c in METRIC_COLUMNS:
+    for c in columns:
         if c.rollup == "avg":
             out.append((c.name, _weighted_avg(c)))
         else:
             out.append((c.name, f"{c.rollup}({c.name})"))
         if c.keep_max:
             out.append((c.max_name, f"max({c.max_name})"))
-    out += [(c.count_name, f"sum({_weight(c)})::bigint") for c in AVERAGED]
+    out += [(c.count_name, f"sum({_weight(c)})::bigint") for c in columns if c.rollup == "avg"]
     return out
 
 

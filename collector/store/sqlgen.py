@@ -1,0 +1,190 @@
+"""The metric columns of the migrations, generated from the catalog (``gpuwatch catalog --sql``).
+
+Why: the raw table and the rollups hold one column per catalog metric (plus ``_max`` and
+``_n`` columns), so the migrations list 32 metrics six times over; typed by hand, a list
+can miss a metric or roll it up differently from :mod:`collector.store.schema`, which the
+writer and the plain profile's maintenance use. Here each migration that lists metrics is
+a template (``collector/migrations/templates/<profile>/NNNN_name.sql.in``) whose
+``{{block}}`` markers are filled from :mod:`collector.store.schema`'s columns, the same
+aggregates maintenance runs. The output is committed under ``collector/migrations/`` (what
+:mod:`collector.store.migrate` applies and a reviewer reads), and a test regenerates it
+and compares.
+
+Applied migrations are history: their text is checksummed into every database that ran
+them (:mod:`collector.store.migrate` refuses one that changed). So each template renders
+the catalog rows it was written for, those up to and including its ``through`` key, never
+rows added later; the catalog only grows by appending. The templates reproduce the files
+that were applied byte for byte, so no database sees a change. A metric added to the
+catalog after ``through`` is :func:`pending`: its columns need a new migration, which
+:func:`add_metrics_sql` writes for the plain profile.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from collector.store.schema import (
+    METRIC_COLUMNS,
+    MetricColumn,
+    raw_aggregates,
+    rollup_aggregates,
+    rollup_metric_columns,
+)
+from telemetry.keys import NVLINK_RX_BYTES
+
+MIGRATIONS: Final = Path(__file__).resolve().parents[1] / "migrations"
+TEMPLATES: Final = MIGRATIONS / "templates"
+_MARKER: Final = re.compile(r"\{\{(\w+)\}\}")
+#: the width the views' column lists are wrapped at (migration 0050)
+_VIEW_WIDTH: Final = 105
+
+
+def columns_through(key: str, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricColumn, ...]:
+    """The metric columns of the catalog rows up to and including ``key``."""
+    names = [c.key for c in columns]
+    if key not in names:
+        raise ValueError(f"{key} is not in the catalog")
+    return tuple(columns[: names.index(key) + 1])
+
+
+def _avg(columns: Sequence[MetricColumn]) -> list[MetricColumn]:
+    return [c for c in columns if c.rollup == "avg"]
+
+
+def _select(aggregates: list[tuple[str, str]]) -> list[str]:
+    """``agg AS col`` items, less node and samples (templates spell those)."""
+    return [f"{agg} AS {col}" for col, agg in aggregates if col not in ("node", "samples")]
+
+
+def _v1_hourly(columns: Sequence[MetricColumn]) -> list[str]:
+    """The 1-hour continuous aggregate of migration 0003: averages weighted by all samples."""
+    out: list[str] = []
+    for c in columns:
+        if c.rollup == "avg":
+            n = f"CASE WHEN {c.name} IS NOT NULL THEN samples END"
+            out.append(f"(sum({c.name} * samples) / NULLIF(sum({n}), 0))::double precision AS {c.name}")
+        else:
+            out.append(f"{c.rollup}({c.name}) AS {c.name}")
+        if c.keep_max:
+            out.append(f"max({c.max_name}) AS {c.max_name}")
+    return out
+
+
+def _view_select(columns: Sequence[MetricColumn], counts: bool) -> str:
+    """A rollup view's SELECT list (migration 0050): the v2 counts, or NULL for v1's rows."""
+    names = ["bucket", "gpu", "node", "samples", *rollup_metric_columns(columns)]
+    names += [c.count_name if counts else f"NULL::bigint AS {c.count_name}" for c in _avg(columns)]
+    text = "SELECT " + ", ".join(names)
+    return textwrap.fill(text, width=_VIEW_WIDTH, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+#: block name -> its lines (joined by ",\n" at the marker's indentation), for the columns given
+LIST_BLOCKS: Final[dict[str, Callable[[Sequence[MetricColumn]], list[str]]]] = {
+    "sample_columns": lambda cols: [f"{c.name} {c.sql_type}" for c in cols],
+    "rollup_columns": lambda cols: [f"{name} {t}" for name, t in rollup_metric_columns(cols).items()],
+    "count_columns_add": lambda cols: [f"ADD COLUMN {c.count_name} bigint" for c in _avg(cols)],
+    "v1_minutely": lambda cols: _select([a for a in raw_aggregates(cols) if not a[0].endswith("_n")]),
+    "v1_hourly": _v1_hourly,
+    "minutely": lambda cols: _select(raw_aggregates(cols)),
+    "hourly": lambda cols: _select(rollup_aggregates(cols)),
+}
+#: block name -> its text, for blocks that stand on lines of their own
+TEXT_BLOCKS: Final[dict[str, Callable[[Sequence[MetricColumn]], str]]] = {
+    "view_v2": lambda cols: _view_select(cols, counts=True),
+    "view_v1": lambda cols: _view_select(cols, counts=False),
+}
+
+
+def render(template: str, columns: Sequence[MetricColumn]) -> str:
+    """``template`` with each ``{{block}}`` marker filled for ``columns``."""
+
+    def line(text: str) -> str:
+        match = _MARKER.search(text)
+        if match is None:
+            return text
+        name = match.group(1)
+        if name in TEXT_BLOCKS:
+            if text.strip() != match.group(0):
+                raise ValueError(f"block {name} must stand alone on its line: {text!r}")
+            return TEXT_BLOCKS[name](columns) + "\n"
+        if name not in LIST_BLOCKS:
+            raise ValueError(f"unknown block {{{{{name}}}}} in a migration template")
+        indent = text[: len(text) - len(text.lstrip())]
+        return text.replace(match.group(0), (",\n" + indent).join(LIST_BLOCKS[name](columns)))
+
+    return "".join(line(text) for text in template.splitlines(keepends=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    """One generated migration: its template, its output, and the last catalog row it covers."""
+
+    profile: str
+    name: str
+    through: str
+
+    @property
+    def template(self) -> Path:
+        return TEMPLATES / self.profile / f"{self.name}.sql.in"
+
+    @property
+    def output(self) -> Path:
+        return MIGRATIONS / self.profile / f"{self.name}.sql"
+
+    def text(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> str:
+        return render(self.template.read_text(encoding="utf-8"), columns_through(self.through, columns))
+
+
+#: every migration that lists metric columns, in version order
+GENERATED: Final[tuple[Generated, ...]] = tuple(
+    Generated(profile, name, NVLINK_RX_BYTES)
+    for name in ("0002_samples", "0003_rollups", "0050_rollup_counts")
+    for profile in ("plain", "timescale")
+)
+
+
+def pending(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricColumn, ...]:
+    """The catalog's metrics that no migration has made columns for yet (rows after the last ``through``)."""
+    covered = {c.key for g in GENERATED for c in columns_through(g.through, columns)}
+    return tuple(c for c in columns if c.key not in covered)
+
+
+def add_metrics_sql(profile: str, columns: Sequence[MetricColumn]) -> str:
+    """A migration that adds ``columns`` (new catalog rows) to the raw table and the rollups.
+
+    Only the plain profile: a TimescaleDB continuous aggregate cannot gain columns, so there a
+    new metric needs its rollups rebuilt the way migration 0050 did (not generated yet).
+    """
+    if profile != "plain":
+        raise NotImplementedError(
+            f"the {profile} profile's continuous aggregates cannot gain columns; "
+            "a new metric there needs a hand-written migration like timescale/0050_rollup_counts.sql")
+    keys = ", ".join(c.key for c in columns)
+    raw = LIST_BLOCKS["sample_columns"](columns)
+    rollup = LIST_BLOCKS["rollup_columns"](columns) + [f"{c.count_name} bigint" for c in _avg(columns)]
+    parts = [f"-- Generated by `gpuwatch catalog --sql` for catalog rows {keys}.\n"]
+    for table, cols in (("gpu_samples", raw), ("gpu_samples_1m", rollup), ("gpu_samples_1h", rollup)):
+        parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(f"ADD COLUMN {c}" for c in cols) + ";\n")
+    return "".join(parts)
+
+
+def check() -> list[str]:
+    """The generated files that differ from what the templates give now (empty: all current)."""
+    return [str(g.output.relative_to(MIGRATIONS.parent.parent)) for g in GENERATED
+            if not g.output.exists() or g.output.read_text(encoding="utf-8") != g.text()]
+
+
+def write() -> list[str]:
+    """Write every generated file that differs; returns their paths."""
+    changed = check()
+    for g in GENERATED:
+        text = g.text()
+        if not g.output.exists() or g.output.read_text(encoding="utf-8") != text:
+            g.output.write_text(text, encoding="utf-8")
+    return changed

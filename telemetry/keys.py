@@ -1,0 +1,59 @@
+"""The metric keys as named constants, so code outside the catalog never spells a DCGM name.
+
+Why a module of names: every key is a DCGM field name (``DCGM_FI_...``) that the agent
+writes, the codec carries, the collector stores and detects on, and users' dashboards
+query. Spelled as string literals in each of those places, a typo is a metric that is
+silently absent (``metrics.get(...)`` returns None). Here each name is written once; the
+catalog's rows (:mod:`telemetry.catalog`) are built from these constants and a lint test
+(``tests/test_catalog_lint.py``) refuses a ``"DCGM_FI_"`` literal in ``agent/``,
+``collector/`` or ``gpuwatch/``. The constant is the key without its ``DCGM_FI_DEV_`` or
+``DCGM_FI_PROF_`` prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The prefix every catalog key starts with (DCGM's field-name prefix).
+PREFIX: Final = "DCGM_FI_"
+
+GPU_UTIL: Final = "DCGM_FI_DEV_GPU_UTIL"
+MEM_COPY_UTIL: Final = "DCGM_FI_DEV_MEM_COPY_UTIL"
+ENC_UTIL: Final = "DCGM_FI_DEV_ENC_UTIL"
+DEC_UTIL: Final = "DCGM_FI_DEV_DEC_UTIL"
+FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+FB_USED: Final = "DCGM_FI_DEV_FB_USED"
+FB_RESERVED: Final = "DCGM_FI_DEV_FB_RESERVED"
+POWER_USAGE: Final = "DCGM_FI_DEV_POWER_USAGE"
+TOTAL_ENERGY_CONSUMPTION: Final = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+GPU_TEMP: Final = "DCGM_FI_DEV_GPU_TEMP"
+MEMORY_TEMP: Final = "DCGM_FI_DEV_MEMORY_TEMP"
+SM_CLOCK: Final = "DCGM_FI_DEV_SM_CLOCK"
+MEM_CLOCK: Final = "DCGM_FI_DEV_MEM_CLOCK"
+CLOCKS_EVENT_REASONS: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+PCIE_REPLAY_COUNTER: Final = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"
+ECC_SBE_VOL_TOTAL: Final = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+ECC_DBE_VOL_TOTAL: Final = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+PSTATE: Final = "DCGM_FI_DEV_PSTATE"
+POWER_MGMT_LIMIT: Final = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+GR_ENGINE_ACTIVE: Final = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+SM_ACTIVE: Final = "DCGM_FI_PROF_SM_ACTIVE"
+SM_OCCUPANCY: Final = "DCGM_FI_PROF_SM_OCCUPANCY"
+PIPE_TENSOR_ACTIVE: Final = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DRAM_ACTIVE: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
+PIPE_FP64_ACTIVE: Final = "DCGM_FI_PROF_PIPE_FP64_ACTIVE"
+PIPE_FP32_ACTIVE: Final = "DCGM_FI_PROF_PIPE_FP32_ACTIVE"
+PIPE_FP16_ACTIVE: Final = "DCGM_FI_PROF_PIPE_FP16_ACTIVE"
+PCIE_TX_BYTES: Final = "DCGM_FI_PROF_PCIE_TX_BYTES"
+PCIE_RX_BYTES: Final = "DCGM_FI_PROF_PCIE_RX_BYTES"
+NVLINK_TX_BYTES: Final = "DCGM_FI_PROF_NVLINK_TX_BYTES"
+NVLINK_RX_BYTES: Final = "DCGM_FI_PROF_NVLINK_RX_BYTES"
+
+#: dcgm-exporter's driver-version label on every series (a label, not a metric).
+DRIVER_VERSION_LABEL: Final = "DCGM_FI_DRIVER_VERSION"
+
+
+def short_name(key: str) -> str:
+    """A key without DCGM's ``DCGM_FI_`` prefix, as summaries print it (``DEV_POWER_USAGE``)."""
+    return key.removeprefix(PREFIX)

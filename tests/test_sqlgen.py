@@ -1,0 +1,136 @@
+"""The migrations' metric columns are generated from the catalog, and adding a metric is one row plus one reader.
+
+Why these tests: the committed SQL under ``collector/migrations/`` is what runs on users'
+databases (checksummed there), so it must be exactly what the templates give for the
+catalog, and no catalog row may lack its columns. The last test adds a catalog row and a
+reader in a fresh interpreter and follows the metric through the sampler, ``/metrics``,
+the frame codec, the store's column lists and the generated migration, which a real
+PostgreSQL then applies on top of the committed ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from collector.store import schema, sqlgen
+from collector.store.migrate import migrate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_migrations_are_what_the_templates_give() -> None:
+    assert sqlgen.check() == [], "generated SQL is stale: run `gpuwatch catalog --sql`"
+
+
+def test_every_catalog_metric_has_columns_in_a_migration() -> None:
+    assert sqlgen.pending() == ()
+    assert {c.key for g in sqlgen.GENERATED for c in sqlgen.columns_through(g.through)} == set(schema.BY_KEY)
+
+
+def test_the_hand_wrapped_v1_view_lists_of_0050_equal_the_catalog() -> None:
+    """The one metric list left as text in a template (its line breaks are not any wrapper's):
+    the same columns, in the same order, as the generator gives."""
+    template = (sqlgen.TEMPLATES / "timescale" / "0050_rollup_counts.sql.in").read_text()
+    lists = [part.split("FROM gpu_samples_1", 1)[0] for part in template.split("UNION ALL\n")[1:]]
+    want = " ".join(sqlgen.TEXT_BLOCKS["view_v1"](sqlgen.columns_through(sqlgen.NVLINK_RX_BYTES)).split())
+    assert len(lists) == 2
+    assert all(" ".join(text.split()) == want for text in lists)
+
+
+def test_a_template_names_only_known_blocks() -> None:
+    with pytest.raises(ValueError, match="unknown block"):
+        sqlgen.render("    {{no_such_block}}\n", schema.METRIC_COLUMNS)
+    assert sqlgen.render("a\n    {{sample_columns}},\nb\n", schema.METRIC_COLUMNS[:2]) == (
+        "a\n    dcgm_fi_dev_gpu_util bigint,\n    dcgm_fi_dev_mem_copy_util bigint,\nb\n")
+
+
+def test_the_timescale_profile_refuses_to_generate_what_it_cannot() -> None:
+    with pytest.raises(NotImplementedError, match="continuous aggregates cannot gain columns"):
+        sqlgen.add_metrics_sql("timescale", schema.METRIC_COLUMNS[:1])
+
+
+_ADD_A_METRIC = r'''
+import json
+import telemetry.catalog as c
+from telemetry import keys
+
+FAN = "DCGM_FI_DEV_FAN_SPEED"
+row = c.Metric(FAN, 191, "%", "gauge", "Fan speed (in %).", "fan", "fast", keep_max=True)  # the one row
+c.CATALOG += (row,)
+c.BY_KEY[FAN], c.BY_FIELD_ID[row.field_id], c.KEYS, c.SOURCES = row, row, c.KEYS + (FAN,), c.SOURCES | {"fan"}
+
+from agent.readers import READERS
+
+def _fan(d, h, out):  # the one reader
+    out[FAN] = 42
+READERS["fan"] = _fan
+
+from agent.devices import discover
+from agent.driver.simulated import SimulatedFleet
+from agent.exposition import Exposition
+from agent.runtime import Agent, ScheduleConfig
+from collector.store import schema, sqlgen
+from telemetry.codec.frame import FrameDecoder, FrameEncoder
+
+now = [1000.0]
+fleet = SimulatedFleet(1, clock=lambda: now[0], start=0.0)
+agent = Agent(fleet, "n", ScheduleConfig(), clock=lambda: now[0], calibrate_calls=False)
+agent.open()
+for _ in range(2):
+    agent.step(now[0])
+    now[0] += 1.0
+(target, record), = agent.snapshot()
+text = Exposition(agent).render().decode()
+frame = FrameEncoder().encode([record])
+decoded = FrameDecoder().decode(frame)
+print(json.dumps({
+    "sampled": record.metrics.get(FAN),
+    "exposed": f"# TYPE {FAN} gauge" in text and f'{FAN}{{gpu="0"' in text,
+    "decoded": [r.metrics.get(FAN) for r in decoded],
+    "sample_column": schema.SAMPLE_COLUMNS.get("dcgm_fi_dev_fan_speed"),
+    "rollup_columns": [n for n in schema.GPU_ROLLUP_COLUMNS if n.startswith("dcgm_fi_dev_fan_speed")],
+    "pending": [m.key for m in sqlgen.pending()],
+    "stale": sqlgen.check(),
+    "sql": sqlgen.add_metrics_sql("plain", sqlgen.pending()),
+}))
+'''
+
+
+def test_adding_a_metric_is_one_catalog_row_plus_one_reader(pg_db: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _ADD_A_METRIC], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["sampled"] == 42
+    assert out["exposed"]
+    assert out["decoded"] == [42]
+    assert out["sample_column"] == "bigint"
+    assert out["rollup_columns"] == ["dcgm_fi_dev_fan_speed", "dcgm_fi_dev_fan_speed_max", "dcgm_fi_dev_fan_speed_n"]
+    assert out["pending"] == ["DCGM_FI_DEV_FAN_SPEED"]
+    assert out["stale"] == []  # the applied migrations do not change
+
+    async def apply() -> dict[str, list[str]]:
+        conn = await asyncpg.connect(pg_db)
+        try:
+            await migrate(conn, "plain")
+            await conn.execute(out["sql"])
+            rows = await conn.fetch(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE column_name LIKE 'dcgm_fi_dev_fan_speed%' ORDER BY table_name, ordinal_position")
+        finally:
+            await conn.close()
+        found: dict[str, list[str]] = {}
+        for r in rows:
+            found.setdefault(str(r["table_name"]), []).append(str(r["column_name"]))
+        return found
+
+    found = asyncio.run(apply())
+    assert found.pop("gpu_samples") == found.pop("gpu_samples_default") == ["dcgm_fi_dev_fan_speed"]  # a partition
+    assert found == {t: out["rollup_columns"] for t in ("gpu_samples_1m", "gpu_samples_1h")}
