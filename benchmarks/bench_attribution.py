@@ -22,7 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.attribution import Attributor
-from tests.test_attribution_identify import NODE, write_proc
+from tests.support.procfs import write_proc
+
+NODE = "gpu-node-a"
 
 PIDS = list(range(100, 124))
 

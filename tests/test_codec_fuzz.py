@@ -15,9 +15,9 @@ from functools import cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.bench_codec import standin_trace
 from telemetry.codec import FrameDecoder, FrameEncoder, FrameError, peek_header
 from telemetry.records import GpuRecord, ProcessRecord
+from tests.support.standin import standin_trace
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
