@@ -92,7 +92,7 @@ def _stop_process(process: subprocess.Popen[bytes] | None, sig: int = signal.SIG
 
 
 from tests.ports import free_port  # noqa: E402
-from tests.support.poll import WaitTimeout, wait_until  # noqa: E402
+from tests.support.poll import WaitTimeout, await_until, wait_until  # noqa: E402
 
 
 def _port_open(port: int) -> bool:
@@ -347,29 +347,39 @@ def consume_all(bootstrap: str, topic: str, expected_count: int, timeout: float 
         await consumer.start()
         out: list[Consumed] = []
         try:
-            deadline = time.monotonic() + timeout
-            partitions: set[int] | None = None
-            while partitions is None and time.monotonic() < deadline:
+            started = time.monotonic()
+
+            async def partitions_known() -> set[int] | None:
                 if topic in await consumer.topics():  # refreshes the metadata
-                    partitions = consumer.partitions_for_topic(topic)
-                if partitions is None:
-                    await asyncio.sleep(0.1)
+                    found: set[int] | None = consumer.partitions_for_topic(topic)
+                    return found
+                return None
+
+            partitions: set[int] | None = None
+            with contextlib.suppress(WaitTimeout):  # the caller's assertion says what is missing
+                partitions = await await_until(partitions_known, timeout=timeout, what=f"topic {topic}")
             if partitions is None:
                 return out
             tps = [TopicPartition(topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends: dict[TopicPartition, int] | None = None
-            while time.monotonic() < deadline:
+
+            async def read_to_the_end() -> bool:
+                nonlocal ends, out
                 batches = await consumer.getmany(*tps, timeout_ms=200)
                 for tp, records in batches.items():
                     out += [Consumed(r.key, r.value, tuple(r.headers), tp.partition, r.offset) for r in records]
-                if len(out) >= expected_count:
-                    if ends is None:
-                        ends = await consumer.end_offsets(tps)
-                    positions = {tp: await consumer.position(tp) for tp in tps}
-                    if all(positions[tp] >= ends[tp] for tp in tps):
-                        break
+                if len(out) < expected_count:
+                    return False
+                if ends is None:
+                    ends = await consumer.end_offsets(tps)
+                positions = {tp: await consumer.position(tp) for tp in tps}
+                return all(positions[tp] >= ends[tp] for tp in tps)
+
+            with contextlib.suppress(WaitTimeout):  # the caller's assertion says what is missing
+                await await_until(read_to_the_end, timeout=max(0.0, started + timeout - time.monotonic()), interval=0,
+                                  what=f"{expected_count} messages of {topic}")
         finally:
             await consumer.stop()
         return out
