@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from telemetry.codec import FrameDecoder, FrameEncoder, FrameError, columns
 from telemetry.records import GpuRecord
 from tests.support.standin import standin_trace
-from tests.test_codec_fuzz import with_crc
+from tests.test_codec_fuzz import mutate, with_crc
 from tests.test_codec_roundtrip import exact_record, streams
 
 DIFF = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,19 +96,8 @@ def test_fast_readers_fail_and_resync_as_the_exact_decoder(
 ) -> None:
     frames = encode(windows, quantize, keyframe_every=2)
     index = data.draw(st.integers(min_value=0, max_value=len(frames) - 1))
-    frame = bytearray(frames[index])
-    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
-        at = data.draw(st.integers(min_value=0, max_value=max(0, len(frame) - 5)))
-        action = data.draw(st.sampled_from(["flip", "set", "insert", "delete"]))
-        if action == "flip":
-            frame[at] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
-        elif action == "set":
-            frame[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))
-        elif action == "insert":
-            frame[at:at] = data.draw(st.binary(min_size=1, max_size=8))
-        else:
-            del frame[at : at + data.draw(st.integers(min_value=1, max_value=8))]
-    corrupted = with_crc(bytes(frame)) if len(frame) >= 4 else bytes(frame)
+    corrupted = mutate(data, frames[index])
+    corrupted = with_crc(corrupted) if len(corrupted) >= 4 else corrupted
     fast, exact = both_ways([*frames[:index], corrupted, *frames[index + 1 :]])
     assert fast == exact
 
