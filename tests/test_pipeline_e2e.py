@@ -126,10 +126,13 @@ def _stored(dsn: str) -> tuple[set[tuple[str, float]], int, int, int]:
 
 
 def _wait_for_all(fleet: AgentFleet, dsn: str, collector: Collector, timeout: float = 90.0) -> None:
-    last: list[Any] = []
+    last: list[Any] = [set()]
 
     def all_stored() -> bool:
-        last[:] = _stored(dsn)
+        try:
+            last[:] = _stored(dsn)
+        except asyncpg.UndefinedTableError:  # a collector killed early has not created its tables yet
+            return False
         return bool(last[0] >= fleet.sent)
 
     def missing() -> str:
