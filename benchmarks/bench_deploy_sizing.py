@@ -170,9 +170,9 @@ async def run_timescale(args: argparse.Namespace) -> dict[str, Any]:
     """Hypertable bytes per GPU-sample before and after compress_chunk, on PGlite + TimescaleDB."""
     import shutil
 
-    from benchmarks.incidents.generate import Fleet
     from collector.store import Store
     from telemetry.records import GpuRecord
+    from tests.support.incidents.generate import Fleet
 
     node = shutil.which("node")
     pglite = ROOT / "tests" / "pglite"

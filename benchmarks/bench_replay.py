@@ -16,7 +16,7 @@ validating each record (telemetry.records), and every detector (collector.detect
 best of ``--repeat`` runs (a shared machine's noise only ever adds time), as wall-clock
 records/s and as records per second of this process's own CPU time (what one core
 does when other work shares the machine; the load average is recorded). The trace comes
-from the incident generator (benchmarks/incidents), so the detectors have real work:
+from the incident generator (tests/support/incidents), so the detectors have real work:
 baselines, peers, incidents opening and closing. Pinned to one CPU where the OS allows.
 """
 
@@ -35,9 +35,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.incidents.generate import Fleet
 from collector.detect.replay import read_trace, replay
 from telemetry.records import GpuRecord
+from tests.support.incidents.generate import Fleet
 
 _BASELINE = """
 import json, sys, time

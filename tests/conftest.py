@@ -22,14 +22,13 @@ import itertools
 import json
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from agent.runtime import Agent, Attribution, ScheduleConfig
     from agent.server import MetricsServer
 
-T = TypeVar("T")
 
 # --------------------------------------------------------------------------------------
 # ports and HTTP
@@ -49,6 +47,7 @@ T = TypeVar("T")
 
 
 from tests.ports import free_port  # noqa: E402  (re-exported: fixtures import it from here)
+from tests.support.poll import WaitTimeout, wait_until  # noqa: E402  (re-exported, as free_port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,30 +72,6 @@ def http_get(url: str, timeout: float = 5.0) -> HttpResponse:
     except urllib.error.HTTPError as exc:
         with exc:
             return HttpResponse(exc.code, exc.read(), exc.headers.get("Content-Type", ""))
-
-
-def wait_until(
-    probe: Callable[[], T | None],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.1,
-    details: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``probe`` until it returns something other than None/False; fail after ``timeout`` s.
-
-    Use this instead of fixed sleeps: it returns as soon as the condition holds, and the
-    deadline only bounds how long a broken system is waited for.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() >= deadline:
-            extra = f"\n{details()}" if details is not None else ""
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{extra}", pytrace=False)
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------------------
@@ -245,13 +220,18 @@ def start_prometheus(
                 cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         server = PrometheusServer(f"http://127.0.0.1:{port}", process, workdir, log_path, job)
+        def ready_or_exited(server: PrometheusServer = server) -> bool:
+            if server.process.poll() is not None:
+                return True
+            with contextlib.suppress(OSError):
+                return http_get(f"{server.url}/-/ready", timeout=2.0).status == 200
+            return False
+
         try:
-            deadline = time.monotonic() + ready_timeout
-            while process.poll() is None and time.monotonic() < deadline:
-                with contextlib.suppress(OSError):
-                    if http_get(f"{server.url}/-/ready", timeout=2.0).status == 200:
-                        return server
-                time.sleep(0.1)
+            with contextlib.suppress(WaitTimeout):  # a timeout tries another port, as an exit does
+                wait_until(ready_or_exited, timeout=ready_timeout, what=f"Prometheus ready on port {port}")
+                if process.poll() is None:
+                    return server
         except BaseException:
             server.stop()
             raise

@@ -92,6 +92,7 @@ def _stop_process(process: subprocess.Popen[bytes] | None, sig: int = signal.SIG
 
 
 from tests.ports import free_port  # noqa: E402
+from tests.support.poll import WaitTimeout, await_until, wait_until  # noqa: E402
 
 
 def _port_open(port: int) -> bool:
@@ -141,12 +142,18 @@ def start_moto(workdir: Path, attempts: int = 3) -> MotoS3:
             process = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], stdout=log,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         server = MotoS3(port, process, log_path)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        def answers_or_exited(server: MotoS3 = server) -> bool:
+            if server.process.poll() is not None:
+                return True
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{server.url}/", timeout=1):
+                return True
+            return False
+
         try:
-            while process.poll() is None and time.monotonic() < deadline:
-                with contextlib.suppress(OSError), urllib.request.urlopen(f"{server.url}/", timeout=1):
+            with contextlib.suppress(WaitTimeout):  # a timeout tries another port, as an exit does
+                wait_until(answers_or_exited, timeout=START_TIMEOUT_S, interval=0.05, what=f"moto_server on {port}")
+                if process.poll() is None:
                     return server
-                time.sleep(0.05)
         except BaseException:
             server.stop()
             raise
@@ -202,20 +209,24 @@ class KafkaBroker:
                 [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
                  "--storage-engine", self.storage],
                 env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"tansu exited with {self.process.returncode} at start\n{self.log_tail()}", pytrace=False)
-            if _port_open(self.port):
-                time.sleep(0.2)
-                if self.process.poll() is not None:  # something else answers on the port: tansu could not bind
-                    pytest.fail(f"tansu exited with {self.process.returncode} at start (port {self.port} taken?)\n"
-                                f"{self.log_tail()}", pytrace=False)
-                return self
-            time.sleep(0.02)
-        self.stop()
-        pytest.fail(f"tansu did not listen on {self.bootstrap} within {START_TIMEOUT_S:.0f} s\n{self.log_tail()}",
-                    pytrace=False)
+        process = self.process
+
+        def listening() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"tansu exited with {process.returncode} at start\n{self.log_tail()}", pytrace=False)
+            return _port_open(self.port)
+
+        try:
+            wait_until(listening, timeout=START_TIMEOUT_S, interval=0.02, what=f"tansu to listen on {self.bootstrap}",
+                       details=self.log_tail)
+        except BaseException:
+            self.stop()
+            raise
+        time.sleep(0.2)  # not a wait: whether tansu itself holds the port shows only a moment later
+        if process.poll() is not None:  # something else answers on the port: tansu could not bind
+            pytest.fail(f"tansu exited with {process.returncode} at start (port {self.port} taken?)\n"
+                        f"{self.log_tail()}", pytrace=False)
+        return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop (SIGTERM, SIGKILL after ``timeout`` s); a durable broker keeps its data.
@@ -336,29 +347,39 @@ def consume_all(bootstrap: str, topic: str, expected_count: int, timeout: float 
         await consumer.start()
         out: list[Consumed] = []
         try:
-            deadline = time.monotonic() + timeout
-            partitions: set[int] | None = None
-            while partitions is None and time.monotonic() < deadline:
+            started = time.monotonic()
+
+            async def partitions_known() -> set[int] | None:
                 if topic in await consumer.topics():  # refreshes the metadata
-                    partitions = consumer.partitions_for_topic(topic)
-                if partitions is None:
-                    await asyncio.sleep(0.1)
+                    found: set[int] | None = consumer.partitions_for_topic(topic)
+                    return found
+                return None
+
+            partitions: set[int] | None = None
+            with contextlib.suppress(WaitTimeout):  # the caller's assertion says what is missing
+                partitions = await await_until(partitions_known, timeout=timeout, what=f"topic {topic}")
             if partitions is None:
                 return out
             tps = [TopicPartition(topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends: dict[TopicPartition, int] | None = None
-            while time.monotonic() < deadline:
+
+            async def read_to_the_end() -> bool:
+                nonlocal ends, out
                 batches = await consumer.getmany(*tps, timeout_ms=200)
                 for tp, records in batches.items():
                     out += [Consumed(r.key, r.value, tuple(r.headers), tp.partition, r.offset) for r in records]
-                if len(out) >= expected_count:
-                    if ends is None:
-                        ends = await consumer.end_offsets(tps)
-                    positions = {tp: await consumer.position(tp) for tp in tps}
-                    if all(positions[tp] >= ends[tp] for tp in tps):
-                        break
+                if len(out) < expected_count:
+                    return False
+                if ends is None:
+                    ends = await consumer.end_offsets(tps)
+                positions = {tp: await consumer.position(tp) for tp in tps}
+                return all(positions[tp] >= ends[tp] for tp in tps)
+
+            with contextlib.suppress(WaitTimeout):  # the caller's assertion says what is missing
+                await await_until(read_to_the_end, timeout=max(0.0, started + timeout - time.monotonic()), interval=0,
+                                  what=f"{expected_count} messages of {topic}")
         finally:
             await consumer.stop()
         return out

@@ -1,4 +1,4 @@
-"""The agent's fault cases as real processes (``tests/agent_faults.py``): nothing produced is lost.
+"""The agent's fault cases as real processes (``tests/support/agent_faults.py``): nothing produced is lost.
 
 Short versions of what ``benchmarks/bench_agent_faults.py`` runs for the fault table.
 """
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_faults import TOPIC, MountUnavailable, cpu_budget_during_outage, torn_spool_after_full_disk
 from tests.fixtures_kafka import BrokerFactory, create_topic
+from tests.support.agent_faults import TOPIC, MountUnavailable, cpu_budget_during_outage, torn_spool_after_full_disk
 
 
 def test_a_full_disk_under_the_spool_loses_nothing(kafka_broker: BrokerFactory, tmp_path: Path) -> None:

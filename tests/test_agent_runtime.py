@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from agent.exposition import Exposition
 from agent.runtime import Agent, ScheduleConfig
 from agent.settings import AgentSettings, SettingsError, load
 from telemetry.records import EventRecord, GpuRecord
+from tests.support.poll import wait_until
 
 
 def _agent(fleet_kw: dict[str, object], n: int = 3) -> tuple[Agent, SimulatedFleet, list[float]]:
@@ -90,9 +90,7 @@ def test_xid_event_thread_delivers_events() -> None:
     agent.start()
     try:
         fleet.inject_xid(1, 63)
-        deadline = time.monotonic() + 5
-        while not events and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: bool(events), timeout=5, interval=0.02, what="the injected XID's event")
     finally:
         agent.stop()
     assert events and events[0].kind == "xid" and events[0].code == 63
@@ -173,16 +171,15 @@ def test_cli_agent_serves_and_shuts_down_on_sigterm() -> None:
         line = proc.stdout.readline()
         url = line.strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:"), line
-        deadline = time.monotonic() + 10
-        while True:
+        def ready() -> bool:
             try:
                 with urllib.request.urlopen(url.replace("/metrics", "/readyz"), timeout=2) as resp:
                     assert resp.status == 200
-                    break
+                    return True
             except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return False
+
+        wait_until(ready, timeout=10, what="the agent's /readyz")
         with urllib.request.urlopen(url, timeout=5) as resp:
             assert b"DCGM_FI_DEV_GPU_UTIL" in resp.read()
         proc.send_signal(signal.SIGTERM)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,10 @@ import pytest
 from agent.attribution import Attributor, Identity, PodCache
 from tests.fakes.kube_api import FakeKubeApi, load_recording
 from tests.fakes.kubelet import GPU0, FakeKubelet
+from tests.support.poll import wait_until
+from tests.support.procfs import write_proc
 
 NODE = "gpu-node-a"
-HOST_CGROUP = "0::/system.slice/sshd.service\n"
 DOCKER_CID = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d"
 
 
@@ -28,33 +28,11 @@ class Clock:
         return self.now
 
 
-def write_proc(root: Path, pid: int, *, comm: str = "python3", cgroup: str = HOST_CGROUP, start: int = 81234) -> None:
-    """Write /proc/<pid>/{stat,comm,cgroup} as the kernel formats them."""
-    proc = root / str(pid)
-    proc.mkdir(parents=True, exist_ok=True)
-    (proc / "comm").write_text(comm + "\n")
-    (proc / "cgroup").write_text(cgroup)
-    # Fields 3..52 after "pid (comm)"; field 22 is the start time in clock ticks since boot.
-    after_comm = ["S", "1", str(pid), str(pid), "0", "-1", "4194560", "19872", "0", "12", "0", "8731", "1204"]
-    after_comm += ["0", "0", "20", "0", "48", "0", str(start), "73844121600", "2211840"]
-    after_comm += ["0"] * (52 - 2 - len(after_comm))
-    (proc / "stat").write_text(f"{pid} ({comm}) " + " ".join(after_comm) + "\n")
-
-
 def systemd_cgroup(pod_uid: str, container_id: str, runtime: str = "cri-containerd") -> str:
     return (
         "0::/kubepods.slice/kubepods-burstable.slice/"
         f"kubepods-burstable-pod{pod_uid.replace('-', '_')}.slice/{runtime}-{container_id}.scope\n"
     )
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -247,12 +225,14 @@ def test_container_not_yet_in_cache_is_resolved_when_the_pod_arrives(
 
     assert attributor.identify(200) == Identity(200, "python", container_id=container_id)
     kube_api.send(added)  # scheduled; container status not reported yet
-    assert eventually(lambda: attributor.identify(200).pod == "notebook-alice-0")
+    wait_until(lambda: attributor.identify(200).pod == "notebook-alice-0",
+               timeout=5, interval=0.005, what="attributor.identify(200).pod == 'notebook-alice-0'")
     assert attributor.identify(200) == Identity(
         200, "python", "users", "notebook-alice-0", None, "jupyter", container_id
     )
     kube_api.send(modified)  # running, with its container ID
-    assert eventually(lambda: attributor.identify(200).container == "notebook")
+    wait_until(lambda: attributor.identify(200).container == "notebook",
+               timeout=5, interval=0.005, what="attributor.identify(200).container == 'notebook'")
 
 
 def test_deleted_pod_keeps_identity_of_its_lingering_process(
@@ -265,8 +245,9 @@ def test_deleted_pod_keeps_identity_of_its_lingering_process(
     assert before.service == "batch-eval-28843920"
     _added, _modified, deleted, _bookmark = load_recording("watch_events.jsonl")
     kube_api.send(deleted)
-    assert eventually(lambda: pods.lookup_name("research", "batch-eval-28843920-9v7tx") is None)
+    wait_until(lambda: pods.lookup_name("research", "batch-eval-28843920-9v7tx") is None,
     # The process is still on the GPU while its pod is torn down; it is still that pod's.
+               timeout=5, interval=0.005, what="pods.lookup_name('research', 'batch-eval-28843920-9v7tx') is None")
     assert attributor.identify(300) == before
 
 
@@ -304,8 +285,9 @@ def test_from_environment_uses_the_kubelet_socket_when_present(tmp_path: Path, n
     try:
         attributor.start()
         assert attributor.sources() == ["proc", "podresources"]
-        assert eventually(lambda: GPU0 in attributor.gpu_owners())
+        wait_until(lambda: GPU0 in attributor.gpu_owners(),
         # Without the pod cache the holder is known by namespace, pod and container only.
+                   timeout=5, interval=0.005, what="GPU0 in attributor.gpu_owners()")
         assert attributor.gpu_owners()[GPU0] == [Identity(None, None, "research", "trainer-7d9c5b6f8-x2k4q", "main")]
     finally:
         attributor.stop()
@@ -353,7 +335,7 @@ current-context: test
         attributor.start()
         try:
             assert attributor.sources() == ["proc", "kubernetes"]
-            assert eventually(lambda: attributor.pod_count == 7)
+            wait_until(lambda: attributor.pod_count == 7, timeout=5, interval=0.005, what="attributor.pod_count == 7")
             assert attributor.identify(100).service == "llm-pretrain"
         finally:
             attributor.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from agent.attribution.podresources import DeviceHolder, PodResourcesClient, dev
 from agent.attribution.pods import PodCache
 from tests.fakes.kube_api import FakeKubeApi, load_recording
 from tests.fakes.kubelet import GPU0, GPU1, GPU2, MIG, FakeKubelet
+from tests.support.poll import wait_until
 
 
 @pytest.fixture
@@ -20,15 +21,6 @@ def kubelet(tmp_path: Path) -> Iterator[FakeKubelet]:
     fake = FakeKubelet(tmp_path / "kubelet.sock").start()
     yield fake
     fake.stop()
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
 
 
 def test_maps_gpu_uuids_to_holding_containers(kubelet: FakeKubelet) -> None:
@@ -95,10 +87,10 @@ def test_background_poll_follows_changes_and_stops_promptly(kubelet: FakeKubelet
     client = PodResourcesClient(str(kubelet.socket_path), poll_interval_s=0.02)
     client.start()
     try:
-        assert eventually(lambda: GPU0 in client.holders())
+        wait_until(lambda: GPU0 in client.holders(), timeout=5, interval=0.005, what="GPU0 in client.holders()")
         generation = client.generation
         kubelet.answer = pb2.ListPodResourcesResponse()  # the trainer finished
-        assert eventually(lambda: dict(client.holders()) == {})
+        wait_until(lambda: dict(client.holders()) == {}, timeout=5, interval=0.005, what="dict(client.holders()) == {}")
         assert client.generation > generation
     finally:
         started = time.monotonic()
@@ -114,7 +106,8 @@ def test_attributor_joins_gpu_holders_with_the_pod_cache(kubelet: FakeKubelet, t
         attributor.start()
         try:
             assert pods.wait_synced(5)
-            assert eventually(lambda: GPU0 in attributor.gpu_owners())
+            wait_until(lambda: GPU0 in attributor.gpu_owners(),
+                       timeout=5, interval=0.005, what="GPU0 in attributor.gpu_owners()")
             owners = attributor.gpu_owners()
         finally:
             attributor.stop()

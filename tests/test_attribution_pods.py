@@ -6,7 +6,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,17 +14,9 @@ from kubernetes.client import Configuration
 
 from agent.attribution.pods import PodCache, PodInfo, derive_service, pod_from_api
 from tests.fakes.kube_api import FakeKubeApi, load_recording
+from tests.support.poll import wait_until
 
 NODE = "gpu-node-a"
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
 
 
 def recorded_pod(name: str, recording: str = "pods_list.json") -> dict[str, Any]:
@@ -138,7 +130,8 @@ def test_pod_added_by_watch_is_attributed_once_its_container_starts(kube_api: Fa
     uid = added["object"]["metadata"]["uid"]
     before = cache.generation
     kube_api.send(added)
-    assert eventually(lambda: cache.lookup_uid(uid) is not None)
+    wait_until(lambda: cache.lookup_uid(uid) is not None,
+               timeout=5, interval=0.005, what="cache.lookup_uid(uid) is not None")
     assert cache.generation > before
     pod = cache.lookup_uid(uid)
     assert pod is not None and pod.containers == {}  # still ContainerCreating: no container ID yet
@@ -146,7 +139,8 @@ def test_pod_added_by_watch_is_attributed_once_its_container_starts(kube_api: Fa
 
     kube_api.send(modified)
     cid = container_id_of(modified["object"], "notebook")
-    assert eventually(lambda: cache.lookup_container(cid) is not None)
+    wait_until(lambda: cache.lookup_container(cid) is not None,
+               timeout=5, interval=0.005, what="cache.lookup_container(cid) is not None")
     hit = cache.lookup_container(cid)
     assert hit is not None and (hit[0].name, hit[1]) == ("notebook-alice-0", "notebook")
     assert cache.pod_count == 8
@@ -158,7 +152,8 @@ def test_deleted_pod_disappears(kube_api: FakeKubeApi, cache: PodCache) -> None:
     cid = container_id_of(job, "eval")
     assert cache.lookup_container(cid) is not None
     kube_api.send(deleted)
-    assert eventually(lambda: cache.lookup_container(cid) is None)
+    wait_until(lambda: cache.lookup_container(cid) is None,
+               timeout=5, interval=0.005, what="cache.lookup_container(cid) is None")
     assert cache.lookup_name("research", "batch-eval-28843920-9v7tx") is None
     assert cache.lookup_uid(job["metadata"]["uid"]) is None
     assert cache.pod_count == 6
@@ -169,7 +164,8 @@ def test_watch_resumes_from_last_resource_version(kube_api: FakeKubeApi, cache: 
     assert kube_api.watch_requests()[0].query["allowWatchBookmarks"] == "true"
     for event in load_recording("watch_events.jsonl"):
         kube_api.send(event)
-    assert eventually(lambda: cache.pod_count == 7 and cache.lookup_name("users", "notebook-alice-0") is not None)
+    wait_until(lambda: cache.pod_count == 7 and cache.lookup_name("users", "notebook-alice-0") is not None,
+               timeout=5, interval=0.005, what="all 7 pods, notebook-alice-0 among them")
     kube_api.close_watch()  # as the server does when timeoutSeconds runs out
     assert kube_api.wait_for(lambda api: len(api.watch_requests()) == 2)
     assert kube_api.watch_requests()[1].query["resourceVersion"] == "48301"  # from the BOOKMARK
@@ -181,7 +177,8 @@ def test_relists_after_410_gone(kube_api: FakeKubeApi, cache: PodCache) -> None:
     new_trainer = recorded_pod("trainer-7d9c5b6f8-r8wp2", "pods_relist.json")
     kube_api.queue_list("pods_relist.json")
     kube_api.expire_watch()
-    assert eventually(lambda: cache.lookup_container(container_id_of(new_trainer, "main")) is not None)
+    wait_until(lambda: cache.lookup_container(container_id_of(new_trainer, "main")) is not None,
+               timeout=5, interval=0.005, what="the new trainer's container in the cache")
     assert cache.lookup_container(container_id_of(old_trainer, "main")) is None
     relist = kube_api.list_requests()[1]
     assert "resourceVersion" not in relist.query  # a consistent read after expiry, not the cache's "0"
@@ -212,7 +209,8 @@ def test_unreachable_api_retries_quietly(caplog: pytest.LogCaptureFixture) -> No
     pods = PodCache(configuration, NODE, backoff_initial_s=0.01, backoff_max_s=0.02, request_timeout_s=1)
     with caplog.at_level(logging.DEBUG, logger="agent.attribution"):
         pods.start()
-        assert eventually(lambda: pods._errors.suppressed_total >= 2)  # it retried; the repeats were not logged
+        wait_until(lambda: pods._errors.suppressed_total >= 2,  # it retried; the repeats were not logged
+                   timeout=5, interval=0.005, what="pods._errors.suppressed_total >= 2")
         pods.stop()
     assert not pods.synced and pods.pod_count == 0
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]

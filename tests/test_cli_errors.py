@@ -21,6 +21,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from gpuwatch.errors import redact
+from tests.support.poll import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -174,7 +175,6 @@ def test_a_collector_waiting_for_kafka_answers_its_probes_and_stops_on_sigterm(p
     liveness probe sees a live process, readiness says what it waits for, and SIGTERM ends it."""
     import json
     import signal
-    import time
     import urllib.error
     import urllib.request
 
@@ -192,14 +192,14 @@ def test_a_collector_waiting_for_kafka_answers_its_probes_and_stops_on_sigterm(p
             except urllib.error.HTTPError as exc:
                 return exc.code, json.loads(exc.read())
 
-        deadline = time.monotonic() + 30
-        while True:
+        def healthz() -> tuple[int, dict[str, Any]] | None:
             try:
-                health = get("/healthz")
-                break
+                return get("/healthz")
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.2)
+                assert proc.poll() is None, proc.communicate()
+                return None
+
+        health = wait_until(healthz, timeout=30, interval=0.2, what="the collector's /healthz to answer")
         assert health == (200, {"status": "ok"})
         status, body = get("/readyz")
         assert status == 503 and "has not joined group" in body["reason"], body

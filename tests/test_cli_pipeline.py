@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from tests.fixtures_kafka import create_topic
+from tests.support.poll import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -49,10 +49,8 @@ def test_agent_sends_to_kafka_and_the_collector_stores(kafka_broker: Any, pg_db:
         assert agent.stdout is not None
         banner = agent.stdout.readline()
         assert "sending to gpu.telemetry" in banner, banner
-        deadline = time.monotonic() + 60
-        while _count(pg_db) < 10:
-            assert time.monotonic() < deadline, (tmp_path / "c.log").read_text()[-3000:]
-            time.sleep(0.5)
+        wait_until(lambda: _count(pg_db) >= 10, timeout=60, interval=0.5, what="10 rows stored",
+                   details=lambda: (tmp_path / "c.log").read_text()[-3000:])
         import urllib.request
 
         url = banner.split("metrics on ", 1)[1].split(";", 1)[0]

@@ -19,12 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.poll import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -209,10 +210,11 @@ def test_a_second_up_is_refused_and_kill_9_leaves_nothing_in_the_way(data_dir: P
 def test_a_signal_during_start_up_stops_what_was_started(data_dir: Path) -> None:
     proc = subprocess.Popen(up_args(data_dir, "--metrics-port", "0", "--api-port", "0"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV)
-    deadline = time.monotonic() + 60
-    while postmaster_pid(data_dir) is None:  # PostgreSQL is up; the rest is still starting
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.01)
+    def postgres_up() -> bool:  # PostgreSQL is up; the rest is still starting
+        assert proc.poll() is None, "up exited before its PostgreSQL started"
+        return postmaster_pid(data_dir) is not None
+
+    wait_until(postgres_up, timeout=60, interval=0.01, what="up's PostgreSQL to start")
     proc.send_signal(signal.SIGTERM)
     code, err = stop(proc)
     assert code == 128 + signal.SIGTERM, err  # the first await after PostgreSQL's start sees the signal

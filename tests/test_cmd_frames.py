@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from benchmarks.bench_codec import standin_trace
 from gpuwatch import cmd_frames
 from telemetry.records import GpuRecord, parse_line
+from tests.support.standin import standin_trace
 
 
 def run(*argv: str) -> int:

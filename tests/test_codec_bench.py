@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.bench_codec import main, prometheus_text, standin_trace
+from benchmarks.bench_codec import main, prometheus_text
 from benchmarks.gorilla import decode_series, encode_series
+from tests.support.standin import standin_trace
 
 
 @settings(max_examples=60, deadline=None)

@@ -15,9 +15,9 @@ from functools import cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.bench_codec import standin_trace
 from telemetry.codec import FrameDecoder, FrameEncoder, FrameError, peek_header
 from telemetry.records import GpuRecord, ProcessRecord
+from tests.support.standin import standin_trace
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -49,6 +49,27 @@ def with_crc(frame: bytes) -> bytes:
     return frame[:-4] + struct.pack("<I", zlib.crc32(frame[:-4]))
 
 
+def mutate(data: st.DataObject, original: bytes) -> bytes:
+    """One to four edits: a bit flipped, a byte set, bytes inserted or deleted, the tail cut."""
+    frame = bytearray(original)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        if not frame:
+            break
+        action = data.draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
+        at = data.draw(st.integers(min_value=0, max_value=max(0, len(frame) - 5)))
+        if action == "flip":
+            frame[at] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
+        elif action == "set":
+            frame[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))
+        elif action == "insert":
+            frame[at:at] = data.draw(st.binary(min_size=1, max_size=8))
+        elif action == "delete":
+            del frame[at : at + data.draw(st.integers(min_value=1, max_value=8))]
+        else:
+            del frame[at:]
+    return bytes(frame)
+
+
 def decode_or_frame_error(decoder: FrameDecoder, frame: bytes) -> None:
     try:
         records = decoder.decode(frame)
@@ -70,23 +91,7 @@ def test_arbitrary_bytes_raise_only_frame_error(data: bytes) -> None:
 def test_mutated_frames_raise_only_frame_error(data: st.DataObject) -> None:
     stream = data.draw(st.sampled_from(streams()))
     index = data.draw(st.integers(min_value=0, max_value=len(stream) - 1))
-    frame = bytearray(stream[index])
-    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
-        if not frame:
-            break
-        action = data.draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
-        at = data.draw(st.integers(min_value=0, max_value=max(0, len(frame) - 5)))
-        if action == "flip":
-            frame[at] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
-        elif action == "set":
-            frame[at] = data.draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))
-        elif action == "insert":
-            frame[at:at] = data.draw(st.binary(min_size=1, max_size=8))
-        elif action == "delete":
-            del frame[at : at + data.draw(st.integers(min_value=1, max_value=8))]
-        else:
-            del frame[at:]
-    mutated = bytes(frame)
+    mutated = mutate(data, stream[index])
     fixed = with_crc(mutated) if len(mutated) >= 4 else mutated
     decode_or_frame_error(FrameDecoder(), mutated)
     decode_or_frame_error(FrameDecoder(), fixed)

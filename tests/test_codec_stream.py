@@ -8,7 +8,6 @@ import zlib
 
 import pytest
 
-from benchmarks.bench_codec import standin_trace
 from telemetry.catalog import CATALOG, Metric, table_id
 from telemetry.codec import (
     FrameDecoder,
@@ -20,6 +19,7 @@ from telemetry.codec import (
 )
 from telemetry.codec import columns as columns_module
 from telemetry.records import GpuRecord, ProcessRecord
+from tests.support.standin import standin_trace
 
 GPU = "GPU-97b75092-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 

@@ -16,6 +16,7 @@ from agent.control import ControlListener
 from agent.sender import KafkaSettings
 from telemetry.control import CONTROL_HEADERS, KeyframeRequest, control_topic
 from tests.fixtures_kafka import BrokerFactory, create_topic
+from tests.support.poll import wait_until
 
 
 def _listener(got: list[str | None], bootstrap: str = "127.0.0.1:1") -> ControlListener:
@@ -81,16 +82,15 @@ def test_the_listener_reads_the_control_topic_of_a_real_broker(kafka_broker: Bro
     listener.start()
     try:
         request = KeyframeRequest("node-a", "GPU-7", "dead-lettered a delta", time.time()).encode()
-        deadline = time.monotonic() + 30
-        while not got:  # the listener starts at the topic's end: ask until it has its partitions
-            assert time.monotonic() < deadline, "no keyframe request arrived"
-            asyncio.run(_produce(broker.bootstrap, topic, [request]))
-            time.sleep(0.3)
+        def ask() -> bool:  # the listener starts at the topic's end: ask until it has its partitions
+            if not got:
+                asyncio.run(_produce(broker.bootstrap, topic, [request]))
+            return bool(got)
+
+        wait_until(ask, timeout=30, interval=0.3, what="a keyframe request to arrive")
         asyncio.run(_produce(broker.bootstrap, topic, [b"\xff garbage", request]))
-        deadline = time.monotonic() + 20
-        while listener.stats().malformed_total < 1 or got.count("GPU-7") < 2:
-            assert time.monotonic() < deadline, listener.stats()
-            time.sleep(0.1)
+        wait_until(lambda: listener.stats().malformed_total >= 1 and got.count("GPU-7") >= 2, timeout=20,
+                   what="the garbage counted and the second request", details=listener.stats)
         assert set(got) == {"GPU-7"} and listener.stats().connected == 1
     finally:
         listener.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import re
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from agent.readers import READERS
 from agent.runtime import ScheduleConfig
 from agent.simulate.attribution import SimIdentity, SimulatedAttribution
 from telemetry.catalog import BY_KEY, CATALOG
+from tests.support.poll import wait_until
 
 if TYPE_CHECKING:
     from conftest import HttpResponse, PrometheusFactory, PrometheusServer, SimAgent, SimAgentFactory
@@ -62,14 +62,7 @@ OWNER_LABELS = frozenset({"container", "namespace", "pod"})  # empty (so absent 
 
 
 def _eventually(probe: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}", pytrace=False)
-        time.sleep(0.05)
+    return wait_until(probe, timeout=timeout, what=what, interval=0.05)
 
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+-?\d+)?$")

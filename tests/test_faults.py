@@ -1,7 +1,7 @@
 """The fault table's important cases, small and fast, as real processes (issue 10).
 
 ``gpuwatch collector`` and ``gpuwatch agent --simulate`` processes on a real tansu broker
-and the session's PostgreSQL, through the fault harness (``benchmarks/faults``); every
+and the session's PostgreSQL, through the fault harness (``tests/support/faults``); every
 sample the agents took is counted against every row stored. Several faults share one run
 to keep the suite short (each collector start costs tansu's 5 s group join):
 
@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.faults.cases import _garbage
-from benchmarks.faults.harness import Env, Params, Shared
+from tests.support.faults.harness import Env, Params, Shared, garbage_messages
 
 SMALL = Params(agents=2, gpus=2, interval=0.5, warmup_s=2.0, after_s=3.0, drain_timeout_s=60.0, partitions=3)
 
@@ -60,7 +59,7 @@ def test_bad_input_database_restarts_and_an_empty_broker(shared: Shared) -> None
             env.start_agent(node, seed=7)  # agents as shipped: identity headers, keyframe requests answered
         env.wait_stored()
         time.sleep(SMALL.warmup_s)
-        env.inject([(os.urandom(5 << 20), [("type", b"frame")]), *_garbage(env)])
+        env.inject([(os.urandom(5 << 20), [("type", b"frame")]), *garbage_messages(env)])
         for _ in range(3):
             shared.pg.stop("fast")
             time.sleep(1.0)
@@ -104,7 +103,7 @@ def test_rebalances_and_a_restart_dead_letter_nothing_valid(shared: Shared) -> N
         env.start_broker()
         env.start_agents()
         time.sleep(3.0)  # a backlog before any collector runs
-        env.inject(_garbage(env))
+        env.inject(garbage_messages(env))
         small = {"GPUWATCH_MAX_BATCH": "20"}
         first = env.start_collector(env=small)
         env.wait_stored()

@@ -25,6 +25,7 @@ from collector.settings import ConsumerTuning
 from collector.store import Store, validate, validate_event
 from telemetry.codec import FrameEncoder
 from tests.fixtures_kafka import consume_all, create_topic
+from tests.support.poll import await_until
 from tests.test_ingest_streams import rec
 
 TOPIC = "gpu.telemetry"
@@ -51,11 +52,7 @@ async def _produce(bootstrap: str, messages: list[tuple[int, bytes]]) -> None:
 
 
 async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out waiting for {what}", pytrace=False)
-        await asyncio.sleep(0.1)
+    await await_until(check, timeout=timeout, what=what)
 
 
 async def _consumer(store: Store, bootstrap: str, tuning: ConsumerTuning, **kw: Any) -> KafkaIngest:

@@ -6,7 +6,6 @@ import io
 
 import pytest
 
-from benchmarks.bench_codec import standin_trace
 from telemetry.codec import FrameEncoder
 from telemetry.framefile import (
     ENTRY_MARKER,
@@ -17,6 +16,7 @@ from telemetry.framefile import (
     FrameFileWriter,
     read_frames,
 )
+from tests.support.standin import standin_trace
 
 
 def frames(count: int = 6) -> list[bytes]:

@@ -29,6 +29,7 @@ from agent.sender import KafkaSettings, Sender
 from agent.simulate.attribution import SimulatedAttribution
 from telemetry.records import GpuRecord
 from tests.fixtures_kafka import consume_all, create_topic
+from tests.support.poll import wait_until
 
 TOPIC = "gpu.telemetry"
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,16 +126,22 @@ def _stored(dsn: str) -> tuple[set[tuple[str, float]], int, int, int]:
 
 
 def _wait_for_all(fleet: AgentFleet, dsn: str, collector: Collector, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        stored, total, distinct, procs = _stored(dsn)
-        if stored >= fleet.sent:
-            break
-        if time.monotonic() > deadline:
-            missing = sorted(fleet.sent - stored)[:5]
-            pytest.fail(f"{len(fleet.sent - stored)} of {len(fleet.sent)} samples never stored, e.g. {missing}\n"
-                        f"collector log:\n{collector.log_tail()}\nsenders: {fleet.stats()}")
-        time.sleep(0.5)
+    last: list[Any] = [set()]
+
+    def all_stored() -> bool:
+        try:
+            last[:] = _stored(dsn)
+        except asyncpg.UndefinedTableError:  # a collector killed early has not created its tables yet
+            return False
+        return bool(last[0] >= fleet.sent)
+
+    def missing() -> str:
+        gone = fleet.sent - last[0]
+        return (f"{len(gone)} of {len(fleet.sent)} samples never stored, e.g. {sorted(gone)[:5]}\n"
+                f"collector log:\n{collector.log_tail()}\nsenders: {fleet.stats()}")
+
+    wait_until(all_stored, timeout=timeout, interval=0.5, what="every sample sent to be stored", details=missing)
+    stored, total, distinct, procs = last
     assert stored == fleet.sent, f"{len(stored - fleet.sent)} rows nobody sent"
     assert total == distinct == len(fleet.sent), "duplicated rows"
     assert procs == fleet.processes, f"process rows {procs} != process samples sent {fleet.processes}"

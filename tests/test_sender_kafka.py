@@ -29,6 +29,7 @@ from agent.sender import KafkaSettings, Sender
 from agent.spool import Spool
 from telemetry.wire import Message
 from tests.fixtures_kafka import BrokerFactory, Consumed, consume_all, create_topic
+from tests.support.poll import wait_until
 
 TOPIC = "gpu.telemetry"
 KEYS = [f"GPU-{k:08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b".encode() for k in range(8)]
@@ -53,11 +54,7 @@ def number(value: bytes | None) -> int:
 
 
 def wait_for(probe: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}", pytrace=False)
-        time.sleep(0.02)
+    wait_until(lambda: bool(probe()), timeout=timeout, interval=0.02, what=what)
 
 
 def check_delivery(got: list[Consumed], expected: Iterable[int], *, exactly_once: bool = True) -> dict[str, int]:

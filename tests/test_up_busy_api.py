@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.agent_faults import busy_api_in_up
+from tests.support.agent_faults import busy_api_in_up
 
 
 def test_a_busy_api_in_up_does_not_thin_sampling(pg_db: str, tmp_path: Path) -> None:

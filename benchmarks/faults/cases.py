@@ -1,6 +1,6 @@
 """The faults of the table: one function per case, registered with :func:`case`.
 
-A case gets a fresh :class:`~benchmarks.faults.harness.Env` (its own database and broker),
+A case gets a fresh :class:`~tests.support.faults.harness.Env` (its own database and broker),
 starts what it needs, runs the fault, and calls ``env.fault_ended()`` when the fault is over
 (that starts the recovery clock). The runner then stops the agents (SIGTERM: they flush),
 waits for the collector to store what is left, and counts. To add a case, write a
@@ -9,12 +9,14 @@ function here with ``@case("name", "what the row says")``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchmarks.faults.harness import Env
+from tests.support.faults.harness import Env, garbage_messages
+from tests.support.poll import WaitTimeout, wait_until
 
 CaseFn = Callable[[Env], None]
 
@@ -125,19 +127,11 @@ def agent_sigkill(env: Env) -> None:
              "(its frame window, up to 1 s, and its send queue) died with it")
 
 
-def _garbage(env: Env) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
-    frame = [("type", b"frame")]
-    captured = env.captured_frames(3)
-    bad = [b"", b"garbage", os.urandom(200), *(f[: len(f) // 2] for f in captured)]
-    return [(value, frame) for value in bad] + [(b"{not json", [("type", b"event")]),
-                                                 (b"x", [("type", b"something-else")])]
-
-
 @case("garbage_frames", "garbage, truncated frames and a bad event injected")
 def garbage_frames(env: Env) -> None:
     _standard(env)
     env.fault_started()
-    env.inject(_garbage(env))
+    env.inject(garbage_messages(env))
     env.fault_ended()
     _flow(env, env.params.after_s)
 
@@ -162,9 +156,8 @@ def rebalance_at_start(env: Env) -> None:
     env.fault_started()
     small = {"GPUWATCH_MAX_BATCH": "40"}  # many batches: the rebalance lands after the first
     first = env.start_collector(env=small)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and env.stored_count() == 0:
-        time.sleep(0.1)
+    with contextlib.suppress(WaitTimeout):  # not in time: the counts at the end say what is missing
+        wait_until(lambda: env.stored_count() > 0, timeout=60, what="the first rows stored")
     env.start_collector(env=small)
     env.fault_ended()
     _flow(env, env.params.after_s)
@@ -175,7 +168,7 @@ def rebalance_at_start(env: Env) -> None:
 @case("collector_restart_reread", "collector restarted (SIGTERM) re-reads from the last keyframe")
 def collector_restart_reread(env: Env) -> None:
     _standard(env)
-    env.inject(_garbage(env))
+    env.inject(garbage_messages(env))
     _flow(env, 3.0)
     env.fault_started()
     collector = env.collectors[0]

@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.faults.cases import CASES, Case  # noqa: E402
-from benchmarks.faults.harness import Counts, Env, Params, Shared, summary  # noqa: E402
+from tests.support.faults.harness import Counts, Env, Params, Shared, summary  # noqa: E402
 
 
 def run_case(shared: Shared, case: Case, params: Params, label: str = "") -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """A second, independent fleet generator: the held-out set (never tuned on).
 
-Why a second one: the detectors were tuned on benchmarks/incidents/generate.py; figures
+Why a second one: the detectors were tuned on tests/support/incidents/generate.py; figures
 from that generator alone say how well they fit it. This one is written separately, with
 other shapes, parameters and noise, and is only ever used to report:
 
@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.incidents.generate import Incident
 from telemetry.records import EventRecord, GpuRecord, ProcessRecord
+from tests.support.incidents.generate import Incident
 
 TOTAL = 143771.0
 IDLE_AFTER, LAUNCH_AFTER = 600.0, 90.0

@@ -1,15 +1,8 @@
-"""Scoring a real trace against its labels: every incident found, nothing on a normal phase.
-
-Why a module: the recording script on the GPU machine, the CI test of the committed trace
-and docs/benchmarks.md report the same figures. A labels file (written by
-benchmarks/gpu/workload_labelled.py) lists phases ``{phase, start, end, expect}``;
-``expect`` is an anomaly kind or ``normal``. An incident phase is *found* when an anomaly
-of its kind starts inside it (latency: the anomaly's start minus the phase's); an anomaly
-that starts inside a normal phase is a *false* one, except one that continues what the
-phase before began within its first ``GRACE`` seconds (an incident's anomaly opening just
-as the incident ends). Run as a script::
+"""Scoring a real trace against its labels, as a command (the scoring is tests/support/incidents/labelled.py)::
 
     python benchmarks/incidents/labelled.py TRACE.jsonl LABELS.json [--json out.json]
+
+Exit status 0 when every incident was found and no anomaly fell on a normal phase.
 """
 
 from __future__ import annotations
@@ -18,52 +11,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from collector.detect.anomaly import Anomaly
-from collector.detect.replay import read_trace, replay
+from tests.support.incidents.labelled import evaluate
 
-GRACE = 10.0
-
-
-def score(anomalies: list[Anomaly], phases: list[dict[str, Any]]) -> dict[str, Any]:
-    incidents = []
-    false = []
-    for a in anomalies:
-        phase = next((p for p in phases if p["start"] <= a.start < p["end"]), None)
-        if phase is None:
-            continue  # outside the labelled run
-        if phase["expect"] != "normal" and a.kind == phase["expect"]:
-            continue
-        i = phases.index(phase)
-        before = phases[i - 1] if i else None
-        if before is not None and before["expect"] == a.kind and a.start - phase["start"] <= GRACE:
-            continue
-        false.append({"phase": phase["phase"], "kind": a.kind, "at_s": round(a.start - phase["start"], 1),
-                      "summary": a.summary})
-    for p in phases:
-        if p["expect"] == "normal":
-            continue
-        hit = next((a for a in anomalies if a.kind == p["expect"] and p["start"] <= a.start < p["end"] + GRACE),
-                   None)
-        incidents.append({"phase": p["phase"], "expect": p["expect"], "seconds": round(p["end"] - p["start"], 1),
-                          "found": hit is not None,
-                          "latency_s": round(hit.start - p["start"], 1) if hit is not None else None,
-                          "summary": hit.summary if hit is not None else None})
-    return {"incidents": incidents, "found": sum(1 for i in incidents if i["found"]), "false": false,
-            "normal_phases": sum(1 for p in phases if p["expect"] == "normal"),
-            "anomalies": len(anomalies)}
-
-
-def evaluate(trace: Path, labels: Path) -> dict[str, Any]:
-    result = replay(read_trace(trace))
-    out = score(result.anomalies, json.loads(labels.read_text(encoding="utf-8"))["phases"])
-    out["records"] = result.records
-    out["bad_lines"] = result.bad_lines
-    return out
+__all__ = ["evaluate", "main"]  # benchmarks/gpu/record_labelled.py scores through this module
 
 
 def main() -> int:

@@ -31,6 +31,7 @@ import pytest
 from telemetry.xid import XIDS
 from tests.conftest import free_port
 from tests.fixtures_pg import PgServer
+from tests.support.poll import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -76,13 +77,14 @@ def running_up(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _wait_for_gpus(url: str, token: str, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        resp = httpx.get(f"{url}/api/v1/gpus", headers={"Authorization": f"Bearer {token}"}, timeout=5)
-        if resp.status_code == 200 and len(resp.json()["items"]) >= count:
-            return
-        assert time.monotonic() < deadline, f"no GPUs from the API: {resp.status_code} {resp.text[:500]}"
-        time.sleep(0.3)
+    last: list[httpx.Response] = []
+
+    def gpus() -> bool:
+        last[:] = [httpx.get(f"{url}/api/v1/gpus", headers={"Authorization": f"Bearer {token}"}, timeout=5)]
+        return last[0].status_code == 200 and len(last[0].json()["items"]) >= count
+
+    wait_until(gpus, timeout=30, interval=0.3, what=f"{count} GPUs from the API",
+               details=lambda: f"last answer: {last[0].status_code} {last[0].text[:500]}")
 
 
 def _roll_up_now(dsn: str) -> None:

@@ -9,7 +9,7 @@
   PrometheusRule likewise.
 * Every SQL query (panels, variables, annotations) runs on a real PostgreSQL whose data came
   through the collector's own path: records of a simulated fleet with incidents
-  (``benchmarks/incidents``), the agent's event derivation, the writer, the detectors and
+  (``tests/support/incidents``), the agent's event derivation, the writer, the detectors and
   alert router, maintenance and the service-usage rollup, and returns rows.
 
 The PromQL queries run against a real Prometheus in ``test_live_deploy.py``. No Grafana
@@ -174,7 +174,6 @@ async def _fill(dsn: str) -> None:
     refuses them) -> detection and alerting; then maintenance and the service-usage rollup."""
     from agent.framing import Framer
     from agent.transitions import GpuTransitions
-    from benchmarks.incidents.generate import Fleet
     from collector import deadletter
     from collector.alerting.rules import parse_rules
     from collector.alerting.service import DetectionService
@@ -184,6 +183,7 @@ async def _fill(dsn: str) -> None:
     from gpuwatch.inprocess import InProcessTransport
     from telemetry.records import EventRecord
     from telemetry.wire import Message
+    from tests.support.incidents.generate import Fleet
 
     start = END - timedelta(hours=HOURS)
     fleet = Fleet(nodes=2, hours=HOURS, seed=11, t0=start.timestamp())

@@ -1,4 +1,4 @@
-"""A small run of the GPU incident suite (benchmarks/incidents): the detectors find the
+"""A small run of the GPU incident suite (tests/support/incidents): the detectors find the
 labelled incidents and little else, and the replay command agrees with the live engine."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.incidents.evaluate import evaluate
-from benchmarks.incidents.generate import Fleet
 from collector.detect import DetectionEngine
 from gpuwatch.cli import main
+from tests.support.incidents.generate import Fleet
+from tests.support.incidents.scoring import evaluate
 
 
 def test_small_suite_recall_and_precision() -> None:

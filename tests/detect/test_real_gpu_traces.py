@@ -16,8 +16,8 @@ import itertools
 import json
 from pathlib import Path
 
-from benchmarks.incidents.labelled import evaluate, score
 from collector.detect.replay import read_trace, replay
+from tests.support.incidents.labelled import evaluate, score
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.poll import wait_until
 
 RECORDINGS = Path(__file__).parent / "kube_recordings"
 
@@ -130,13 +131,10 @@ class FakeKubeApi:
     def watch_requests(self) -> list[Request]:
         return [r for r in self.requests if r.is_watch]
 
-    def wait_for(self, predicate: Callable[[FakeKubeApi], bool], timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate(self):
-                return True
-            time.sleep(0.005)
-        return predicate(self)
+    def wait_for(self, predicate: Callable[[FakeKubeApi], bool], timeout: float = 5.0,
+                 what: str = "the requests the fake Kubernetes API expects") -> bool:
+        return wait_until(lambda: predicate(self), timeout=timeout, interval=0.005, what=what,
+                          details=lambda: f"requests: {self.requests}")
 
     # ---- request handling (server threads) -----------------------------------------
 

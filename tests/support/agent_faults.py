@@ -43,8 +43,9 @@ from typing import Any
 
 from telemetry.codec import FrameDecoder, FrameError
 from tests.fixtures_kafka import KafkaBroker, consume_all
+from tests.support.poll import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "gpu.telemetry"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$")
 
@@ -114,14 +115,12 @@ class AgentProcess:
             return parse_metrics(resp.read().decode())
 
     def wait_for(self, probe: Callable[[dict[str, float]], bool], timeout: float, what: str) -> dict[str, float]:
-        deadline = time.monotonic() + timeout
-        while True:
+        def scrape() -> dict[str, float] | None:
             m = self.metrics()
-            if probe(m):
-                return m
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what} within {timeout} s; log:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.2)
+            return m if probe(m) else None
+
+        return wait_until(scrape, timeout=timeout, interval=0.2, what=what,
+                          details=lambda: f"log:\n{self.log.read_text()[-3000:]}")
 
     def stop(self, timeout: float = 60.0) -> dict[str, int] | None:
         """SIGTERM; the numbers of the agent's shutdown summary (None from code that prints none)."""
@@ -346,13 +345,12 @@ def busy_api_in_up(dsn: str, workdir: Path, *, gpus: int = 4, load_s: float = 12
             raise RuntimeError(f"`up` did not start: {banner}\n{log.read_text()[-3000:]}")
         host, port = api.group(1), int(api.group(2))
         token = asyncio.run(_admin_token(dsn))
-        deadline = time.monotonic() + 60
-        uuids: list[str] = []
-        while len(uuids) < gpus:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not every GPU was stored:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-            uuids = [r["gpu"] for r in asyncio.run(_sql(dsn, "SELECT DISTINCT gpu FROM gpu_samples"))]
+        def stored() -> list[str] | None:
+            found = [r["gpu"] for r in asyncio.run(_sql(dsn, "SELECT DISTINCT gpu FROM gpu_samples"))]
+            return found if len(found) >= gpus else None
+
+        uuids = wait_until(stored, timeout=60, interval=0.5, what=f"all {gpus} GPUs stored",
+                           details=lambda: log.read_text()[-3000:])
         since = int(time.time()) - 600
         paths = ["/api/v1/gpus", "/api/v1/nodes", *(f"/api/v1/gpus/{g}/series?start={since}&step=1" for g in uuids)]
         stop = threading.Event()

