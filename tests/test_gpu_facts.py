@@ -54,7 +54,7 @@ def test_every_xid_used_anywhere_is_in_the_table() -> None:
     from tests.support.incidents.generate import XID_CODES
 
     used = set(XID_CODES) | {48, 79}  # the generator's ecc_dbe and gpu_lost incidents
-    for path in (ROOT / "tests" / "support" / "incidents" / "generate.py", ROOT / "benchmarks" / "incidents" / "heldout.py"):
+    for path in (ROOT / "tests/support/incidents/generate.py", ROOT / "benchmarks/incidents/heldout.py"):
         used |= {int(c) for c in re.findall(r"\bxid\s*=\s*(\d+)", path.read_text())}
     assert used - {0} <= set(XIDS), sorted(used - {0} - set(XIDS))
     # agent/ and collector/ name XIDs only through the table: no `xid == 79`, no `describe(79)`
