@@ -91,7 +91,7 @@ def api_get(banner: str, path: str, token: str | None = None) -> dict[str, objec
 def postmaster_pid(data_dir: Path) -> int | None:
     try:
         return int((data_dir / "postgres" / "data" / "postmaster.pid").read_text().split("\n", 1)[0])
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # not written yet, or being written
         return None
 
 
