@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from agent.cpuclock import TRANSPORT, ThreadCpu
-from agent.sender import KafkaSettings
+from agent.kafka_settings import KafkaSettings
 from agent.stats import counter, gauge, snapshot
 from telemetry.control import ControlError, KeyframeRequest, control_topic
 from telemetry.ratelimit import RateLimitedLog

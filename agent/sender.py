@@ -55,8 +55,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from aiokafka import AIOKafkaProducer
@@ -68,19 +66,17 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
-from aiokafka.partitioner import murmur2
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from agent.batching import PartitionOf, Round, memory_wants_spool
 from agent.cpuclock import TRANSPORT, ThreadCpu
+from agent.kafka_settings import KafkaSettings
 from agent.scheduler import CpuPacer
 from agent.spool import Spool, SpoolStats, SpoolWriteError
 from agent.stats import as_dict, counter, gauge, snapshot
-from telemetry.control import DEFAULT_TOPIC
-from telemetry.kafka_security import Mechanism, Protocol, check_security, security_config
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.wire import Message
 
-__all__ = ["KafkaSettings", "Message", "Sender"]
+__all__ = ["Message", "Sender"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,84 +87,6 @@ REJECTED = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeErr
 POLL_S = 0.05  # how often a running round checks for overflow and the stop deadline
 IDLE_S = 0.5  # how long an idle loop sleeps before looking at the spool again
 SPOOL_RETRY_S = (1.0, 30.0)  # after a failed spool write: first and longest wait before the next one
-
-
-class KafkaSettings(BaseModel):
-    """Where and how the agent produces. Secrets never appear in ``repr`` or logs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    bootstrap_servers: str = Field(min_length=1, description="comma-separated host:port list")
-    topic: str = Field(default=DEFAULT_TOPIC, min_length=1, description="topic of telemetry frames")
-    client_id: str = Field(default="gpuwatch-agent", description="Kafka client id")
-    acks: Literal["all"] = Field(
-        default="all", description="fixed: a frame counts as sent once all in-sync replicas have it")
-    enable_idempotence: bool = Field(
-        default=False, description="Kafka's idempotent producer (worth it on real clusters; tansu 0.6.0 refuses it)")
-    compression: Literal["zstd", "lz4", "gzip", "none"] = Field(default="zstd", description="batch compression")
-    linger_ms: int = Field(default=20, ge=0, le=10_000, description="how long the producer waits to fill a batch")
-    max_batch_bytes: int = Field(default=256 << 10, ge=1024, description="producer batch size per partition")
-    max_request_bytes: int = Field(default=1 << 20, ge=1024, description="largest produce request (and message)")
-    request_timeout_ms: int = Field(default=10_000, ge=100, description="a send not acknowledged in this time failed")
-    reconnect_backoff_ms: int = Field(default=500, ge=10, description="first reconnect delay")
-    reconnect_backoff_max_ms: int = Field(default=30_000, ge=10, description="reconnect delay ceiling")
-    security_protocol: Protocol = "PLAINTEXT"
-    ssl_cafile: Path | None = Field(default=None, description="CA bundle that signed the brokers' certificates")
-    ssl_certfile: Path | None = Field(default=None, description="client certificate (mutual TLS)")
-    ssl_keyfile: Path | None = Field(default=None, description="client key (mutual TLS)")
-    ssl_check_hostname: bool = True
-    sasl_mechanism: Mechanism = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    sasl_password_file: Path | None = Field(
-        default=None, description="file holding the SASL password (a mounted Secret)")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> KafkaSettings:
-        if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
-            raise ValueError("reconnect_backoff_max_ms must be >= reconnect_backoff_ms")
-        check_security(self.security_protocol, self.sasl_username, self.sasl_password, self.sasl_password_file,
-                       self.ssl_certfile, self.ssl_keyfile)
-        return self
-
-    def producer_config(self) -> dict[str, Any]:
-        """Keyword arguments for ``AIOKafkaProducer``; reads the password file and TLS files now.
-
-        Called at every (re)connect, so a rotated Secret is picked up without a restart.
-        The result holds the password: never log it.
-        """
-        config: dict[str, Any] = {
-            "acks": self.acks,
-            "enable_idempotence": self.enable_idempotence,
-            "compression_type": None if self.compression == "none" else self.compression,
-            "linger_ms": self.linger_ms,
-            "max_batch_size": self.max_batch_bytes,
-            "max_request_size": self.max_request_bytes,
-        }
-        return self._client_config() | config
-
-    def consumer_config(self) -> dict[str, Any]:
-        """Keyword arguments for the ``AIOKafkaConsumer`` of the control topic, read from its end
-        (no consumer group: every agent reads every request and keeps its own)."""
-        return self._client_config() | {
-            "group_id": None, "enable_auto_commit": False, "auto_offset_reset": "latest",
-            "metadata_max_age_ms": 30_000,  # a control topic created after the agent started is found soon
-            # a side channel: while the broker is away its client retries every 2 s, not every 0.1 s (at
-            # aiokafka's default the retries alone took the transport to 2% of a core during an outage)
-            "retry_backoff_ms": 2_000,
-        }
-
-    def _client_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "bootstrap_servers": [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()],
-            "client_id": self.client_id,
-            "request_timeout_ms": self.request_timeout_ms,
-        }
-        return config | security_config(
-            self.security_protocol, cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile,
-            check_hostname=self.ssl_check_hostname, mechanism=self.sasl_mechanism, username=self.sasl_username,
-            password=self.sasl_password, password_file=self.sasl_password_file,
-        )
 
 
 _Outcome = Literal["sent", "failed", "idle", "abandoned"]
@@ -199,21 +117,6 @@ class SenderStats:
                                     "The transport's CPU budget, fraction of one core.")
 
 
-@dataclass(slots=True)
-class _Round:
-    """One batch on its way: from the spool, or from memory (``seqs`` None until some of it is spooled too)."""
-
-    msgs: list[Message]
-    seqs: list[int | None] | None  # spool sequence number of each message in the spool (None: not in it)
-    from_spool: bool
-
-    def unspooled(self) -> int:
-        """Index of the first message not in the spool (the spooled ones are always a prefix)."""
-        if self.seqs is None:
-            return 0
-        return next((i for i, s in enumerate(self.seqs) if s is None), len(self.seqs))
-
-
 class Sender:
     """Delivers :class:`Message` to Kafka in order per key, spooling to disk whenever it cannot.
 
@@ -237,8 +140,10 @@ class Sender:
         on_keyframe_needed: KeyframeNeeded | None = None,
         cpu: ThreadCpu | None = None,
         transport_cpu_budget: float = 0.01,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self._clock = clock  # monotonic seconds: memory age, backoffs, the stop deadline
         self._owns_spool = not isinstance(spool, Spool)
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
         # a message must fit in a request and in the spool (an entry may take half its bound; 1 KiB for framing)
@@ -275,7 +180,7 @@ class Sender:
         self._stopping = False
         self._stop_deadline = 0.0
         self._delivered: set[int] = set()  # spool seqs delivered but not yet committed
-        self._hashes: dict[bytes, int] = {}  # key -> murmur2 hash (see _partition_of)
+        self._partition_of = PartitionOf()
         self._connected = False
         self._down = False  # a connect or send failed and nothing succeeded since: spool at once
         self._outage_logged = False
@@ -338,7 +243,7 @@ class Sender:
         with self._mlock:
             if not self._finished:
                 if not self._memory:
-                    self._mem_oldest = time.monotonic()
+                    self._mem_oldest = self._clock()
                 self._memory.append(msg)
                 self._mem_bytes += size
                 over = len(self._memory) > self._mem_max_n or self._mem_bytes > self._mem_max_b
@@ -360,18 +265,18 @@ class Sender:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything submitted so far is acknowledged by Kafka; False on timeout."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         while not self._drained():
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 return False
             time.sleep(0.01)
         return True
 
     async def aflush(self, timeout: float = 10.0) -> bool:
         """:meth:`flush` for callers on the sender's own loop."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         while not self._drained():
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 return False
             await asyncio.sleep(0.01)
         return True
@@ -436,7 +341,7 @@ class Sender:
 
     def _request_stop(self, timeout: float) -> None:
         def request() -> None:
-            self._stop_deadline = time.monotonic() + timeout
+            self._stop_deadline = self._clock() + timeout
             self._stopping = True
             if self._wake is not None:
                 self._wake.set()
@@ -466,14 +371,14 @@ class Sender:
             if give_back:
                 self._memory.extendleft(reversed(give_back))
                 self._mem_bytes += sum(m.size for m in give_back)
-                self._mem_oldest = time.monotonic()
+                self._mem_oldest = self._clock()
 
     def _memory_wants_spool(self) -> bool:
         with self._mlock:
             if not self._memory:
                 return False
-            return (len(self._memory) > self._mem_max_n or self._mem_bytes > self._mem_max_b
-                    or time.monotonic() - self._mem_oldest > self._spool_after)
+            return memory_wants_spool(len(self._memory), self._mem_bytes, self._clock() - self._mem_oldest,
+                                      self._mem_max_n, self._mem_max_b, self._spool_after)
 
     def _submit_late(self, msg: Message) -> None:
         try:
@@ -509,7 +414,7 @@ class Sender:
             written = len(msgs)
         except SpoolWriteError as exc:
             first, written = exc.first, exc.written
-            self._spool_retry_at = time.monotonic() + self._spool_backoff
+            self._spool_retry_at = self._clock() + self._spool_backoff
             with self._mlock:
                 waiting = len(self._memory) + len(msgs) - written
             self._errors.error("spool", "spool write failed (%s): %d of %d messages spooled, %d wait in memory; "
@@ -525,7 +430,7 @@ class Sender:
 
     def _spool_blocked(self) -> bool:
         """A spool write failed a moment ago: do not try again yet (memory holds the messages)."""
-        return time.monotonic() < self._spool_retry_at
+        return self._clock() < self._spool_retry_at
 
     async def _to_spool(self, head: Sequence[Message] = (), *, give_back_head: bool = True) -> tuple[int, int] | None:
         """Append ``head`` then everything in memory, in that order: (first seq, how many went in), None if none.
@@ -585,9 +490,9 @@ class Sender:
         wait = self._pacer.delay()
         if wait <= 0:
             return False
-        t0 = time.monotonic()
+        t0 = self._clock()
         await self._sleep(wait)
-        self._pacer.waited(time.monotonic() - t0)
+        self._pacer.waited(self._clock() - t0)
         self._paced_for.add(what)
         return True
 
@@ -601,7 +506,7 @@ class Sender:
         self._drops_seen = self._memory_dropped + self.spool.dropped_total
         try:
             while True:
-                now = time.monotonic()
+                now = self._clock()
                 self._check_drops()
                 if self._stopping and (producer is None or now >= self._stop_deadline or self._drained()):
                     break
@@ -612,7 +517,7 @@ class Sender:
                     if now >= next_attempt:
                         producer = await self._connecting()
                         if producer is None:
-                            next_attempt = time.monotonic() + backoff
+                            next_attempt = self._clock() + backoff
                             backoff = min(backoff * 2, settings.reconnect_backoff_max_ms / 1000.0)
                         continue
                     await self._sleep(min(next_attempt - now, self._spool_poll))
@@ -631,7 +536,7 @@ class Sender:
                     self.send_errors_total += 1
                     await self._drop_producer(producer)
                     producer = None
-                    next_attempt = time.monotonic() + backoff
+                    next_attempt = self._clock() + backoff
                     backoff = min(backoff * 2, settings.reconnect_backoff_max_ms / 1000.0)
                 elif outcome == "sent":
                     backoff = settings.reconnect_backoff_ms / 1000.0
@@ -651,7 +556,7 @@ class Sender:
             await asyncio.wait({task}, timeout=POLL_S)
             if task.done():
                 break
-            if self._stopping and time.monotonic() >= self._stop_deadline:
+            if self._stopping and self._clock() >= self._stop_deadline:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -721,7 +626,7 @@ class Sender:
         except (KafkaError, OSError) as exc:  # TimeoutError is an OSError
             log.debug("closing the Kafka producer: %s", exc)
 
-    async def _next_round(self) -> _Round | None:
+    async def _next_round(self) -> Round | None:
         """The next batch: the spool's head while it holds anything, else what is in memory."""
         if len(self.spool):
             first, msgs = await self._spool_io(self.spool.read, self._batch_n, self._batch_b)
@@ -733,7 +638,7 @@ class Sender:
                 await self._commit_delivered()
                 return None
             in_spool: list[int | None] = list(seqs)
-            return _Round(msgs, in_spool, from_spool=True)
+            return Round(msgs, in_spool, from_spool=True)
         with self._mlock:
             msgs = []
             size = 0
@@ -743,13 +648,13 @@ class Sender:
                 msgs.append(msg)
             self._mem_bytes -= size
             if self._memory:
-                self._mem_oldest = time.monotonic()
+                self._mem_oldest = self._clock()
             self._inflight = len(msgs)
             if not msgs:
                 self._idle_waiting = True
         if not msgs:
             return None
-        return _Round(msgs, None, from_spool=False)
+        return Round(msgs, None, from_spool=False)
 
     async def _round(self, producer: AIOKafkaProducer) -> _Outcome:
         """Send one batch and settle it: delivered parts committed, failed parts in the spool."""
@@ -768,7 +673,7 @@ class Sender:
                 await asyncio.wait({task}, timeout=POLL_S)
                 if task.done():
                     break
-                if self._stopping and time.monotonic() >= self._stop_deadline:
+                if self._stopping and self._clock() >= self._stop_deadline:
                     await self._abandon(batch)
                     return "abandoned"
                 if self._memory_wants_spool():
@@ -786,19 +691,6 @@ class Sender:
         finally:
             if not task.done():
                 task.cancel()
-
-    def _partition_of(self, key: bytes, partitions: Sequence[int]) -> int:
-        """Kafka's default (murmur2) partition for ``key``, as the Java client and aiokafka pick it.
-
-        Hashes are cached: keys are GPU UUIDs, a handful per node, and the pure-Python murmur2
-        was a quarter of the replay's CPU time.
-        """
-        h = self._hashes.get(key)
-        if h is None:
-            if len(self._hashes) > 4096:
-                self._hashes.clear()
-            h = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
-        return partitions[h % len(partitions)]
 
     async def _send_all(self, producer: AIOKafkaProducer, msgs: list[Message]) -> list[BaseException | None]:
         """Send a batch; one entry per message: None if acknowledged, else the error.
@@ -874,7 +766,7 @@ class Sender:
         for (i, _), outcome in zip(futures, outcomes, strict=True):
             results[i] = outcome if isinstance(outcome, BaseException) else None
 
-    async def _overflow(self, batch: _Round) -> None:
+    async def _overflow(self, batch: Round) -> None:
         """Memory is over its bound or too old while a batch is in flight: spool, keeping order.
 
         The part of the batch not yet in the spool goes first (it stays in flight, now with
@@ -890,7 +782,7 @@ class Sender:
             seqs[start + j] = first + j
         batch.seqs = seqs
 
-    async def _abandon(self, batch: _Round) -> None:
+    async def _abandon(self, batch: Round) -> None:
         """Stop deadline reached with a batch in flight: make sure it is in the spool (it may be resent)."""
         log.warning("stop: %d messages still in flight at the deadline; kept in the spool", len(batch.msgs))
         if not batch.from_spool:
@@ -898,7 +790,7 @@ class Sender:
         with self._mlock:
             self._inflight = 0
 
-    async def _settle(self, batch: _Round, results: list[BaseException | None]) -> _Outcome:
+    async def _settle(self, batch: Round, results: list[BaseException | None]) -> _Outcome:
         failed: list[Message] = []  # failed and not in the spool
         first_error: BaseException | None = None
         delivered = 0
@@ -961,7 +853,7 @@ class Sender:
                 self._memory_dropped += len(self._memory)
             if producer is not None:
                 self._connected = False
-                remaining = max(1.0, self._stop_deadline - time.monotonic())
+                remaining = max(1.0, self._stop_deadline - self._clock())
                 try:
                     await asyncio.wait_for(producer.stop(), timeout=remaining)
                 except (KafkaError, OSError) as exc:

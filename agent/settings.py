@@ -23,7 +23,7 @@ from telemetry.control import DEFAULT_TOPIC
 from telemetry.kafka_security import KafkaSecurityFields
 
 if TYPE_CHECKING:
-    from agent.sender import KafkaSettings
+    from agent.kafka_settings import KafkaSettings
 
 
 def _default_node() -> str:
@@ -84,7 +84,7 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
         """The sender's settings (agent.sender.KafkaSettings) from these, or None when not sending."""
         if not self.kafka_bootstrap:
             return None
-        from agent.sender import KafkaSettings
+        from agent.kafka_settings import KafkaSettings
 
         return KafkaSettings(
             bootstrap_servers=self.kafka_bootstrap, topic=self.kafka_topic,

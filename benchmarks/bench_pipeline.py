@@ -1086,7 +1086,8 @@ def _produce_prerendered(args: argparse.Namespace) -> int:
     """
     import multiprocessing as mp
 
-    from agent.sender import KafkaSettings, Sender
+    from agent.kafka_settings import KafkaSettings
+    from agent.sender import Sender
     from telemetry.wire import Message, MessageType, stream_headers
 
     interval = 1.0 / args.hz
@@ -1169,7 +1170,8 @@ def _produce_main(args: argparse.Namespace) -> int:
     import threading
 
     from agent.framing import Framer
-    from agent.sender import KafkaSettings, Sender
+    from agent.kafka_settings import KafkaSettings
+    from agent.sender import Sender
 
     interval = 1.0 / args.hz
     steps = int(args.seconds * args.hz) + 2

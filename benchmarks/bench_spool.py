@@ -44,7 +44,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.sender import KafkaSettings, Sender
+from agent.kafka_settings import KafkaSettings
+from agent.sender import Sender
 from agent.spool import Spool, encode_entry
 from telemetry.wire import Message, MessageType, stream_headers
 

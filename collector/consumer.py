@@ -23,6 +23,10 @@ member committed past that; any other partition is rewound to its stored resume 
 (the oldest last keyframe among its streams, since frames are deltas), after its
 committed offset was noted as "already handled".
 
+It is the Kafka :class:`~collector.source.Source` of the one consume loop
+(:class:`~collector.loop.ConsumeLoop`); dead letters and keyframe requests go back through
+:class:`~collector.replies.KafkaReplies`.
+
 A watcher reads the partitions' end offsets every few seconds: the lag gauge is the end
 offset minus what was consumed (so it cannot read 0 while a partition stalls), and a
 partition with messages waiting that delivered nothing for ``stall_after_s`` is reported
@@ -38,36 +42,32 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, KafkaError, RecordTooLargeError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from collector import deadletter
 from collector.ingest import Inbound, Ingestor
+from collector.kafkastart import retry_start
+from collector.loop import DB_MAX_BACKOFF_S
+from collector.replies import KafkaReplies
 from collector.settings import ConsumerTuning
 from collector.store.writer import DB_UNAVAILABLE
-from telemetry.control import CONTROL_HEADERS, DEFAULT_TOPIC, KeyframeRequest, control_topic, dlq_topic
+from telemetry.control import DEFAULT_TOPIC
 from telemetry.ratelimit import RateLimitedLog
 
-__all__ = ["DB_UNAVAILABLE", "KafkaIngest"]
+__all__ = ["DB_UNAVAILABLE", "KafkaSource"]
 
 log = logging.getLogger(__name__)
 
 PositionsLoad = Callable[[str], Awaitable[Mapping[int, int]]]  # (topic) -> {partition: resume_offset}
 PositionsSave = Callable[[str, Mapping[int, int]], Awaitable[None]]  # (topic, {partition: offset})
-# (topic, message, reason, why Kafka did not take it) -> None; stores the dead letter elsewhere
-RecordDeadLetter = Callable[[str, Inbound, str, str], Awaitable[None]]
-
-_MAX_BACKOFF_S = 30.0  # Kafka at start
-_DB_MAX_BACKOFF_S = 5.0  # a database retry is cheap; a long wait only delays the catch-up
-_MAX_PENDING_REQUESTS = 1000
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, owner: KafkaIngest) -> None:
+    def __init__(self, owner: KafkaSource) -> None:
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
@@ -77,34 +77,31 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.owner.assigned(assigned)
 
 
-class KafkaIngest:
-    """Consumes ``topic`` as member of ``group`` and feeds the ingestor."""
+class KafkaSource:
+    """Consumes ``topic`` as member of ``group``: the batches of the consume loop."""
 
     def __init__(
         self,
         ingestor: Ingestor,
+        replies: KafkaReplies,
         bootstrap: str,
         topic: str = DEFAULT_TOPIC,
         group: str = "gpuwatch-collector",
-        dlq: str | None = None,
         load_positions: PositionsLoad | None = None,
         save_positions: PositionsSave | None = None,
-        record_dead_letter: RecordDeadLetter | None = None,
         max_records: int = 5000,
         client_kwargs: Mapping[str, Any] | None = None,
         tuning: ConsumerTuning | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ingestor = ingestor
+        self.replies = replies
         self.topic = topic
-        self.dlq_topic = dlq or dlq_topic(topic)
-        self.control_topic = control_topic(topic)
         self.group = group
         self.bootstrap = bootstrap
         self.max_records = max_records
         self.load_positions = load_positions
         self.save_positions = save_positions
-        self.record_dead_letter = record_dead_letter
         self.tuning = tuning or ConsumerTuning()
         self.clock = clock
         self.counters: Counter[str] = Counter()
@@ -113,7 +110,6 @@ class KafkaIngest:
         self.joined = False  # the group gave this member an assignment (an empty one too): /readyz
         self._kw = dict(client_kwargs or {})
         self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()  # held while a batch is handled and committed
         self._revoking = False
@@ -125,55 +121,39 @@ class KafkaIngest:
         self._last_record_at: dict[int, float] = {}
         self._to_rewind: dict[TopicPartition, int | None] = {}  # partition -> its committed offset
         self._limited = RateLimitedLog(log)
-        self._requests: set[asyncio.Task[None]] = set()  # keyframe requests being sent
-        ingestor.dead_letter = self._dead_letter
-        ingestor.request_keyframe = self.request_keyframe
-        ingestor.keyframe_request_interval_s = self.tuning.keyframe_request_interval_s
-        ingestor.stream_idle_s = self.tuning.stream_idle_s
+        self._watcher: asyncio.Task[None] | None = None
 
     # ---- lifecycle ----
     async def start(self) -> None:
-        """Connect the dead-letter producer and the consumer; waits (retrying) while the broker is away."""
+        """Connect the consumer (waits, retrying, while the broker is away), then watch lag and stalls."""
         t = self.tuning
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
-                                          max_request_size=t.dlq_max_request_size, **self._kw)
-        await self._retry_start(self._producer.start, "the dead-letter producer")
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=self.max_records,
             fetch_max_wait_ms=t.fetch_max_wait_ms, fetch_max_bytes=t.fetch_max_bytes,
             max_partition_fetch_bytes=t.max_partition_fetch_bytes, **self._kw,
         )
-        await self._retry_start(self._consumer.start, "the consumer")
+        await retry_start(self._consumer.start, "the consumer", self.bootstrap, self._stopping, self._limited)
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
+        self._watcher = asyncio.create_task(self._watch())
 
-    async def _retry_start(self, start: Callable[[], Awaitable[None]], what: str) -> None:
-        delay = 0.5
-        while True:
-            try:
-                await start()
-                self._limited.resolved(f"start:{what}", "%s connected to %s", what, self.bootstrap)
-                return
-            except KafkaError as exc:
-                if self._stopping.is_set():
-                    raise
-                self._limited.warning(f"start:{what}", "%s cannot reach Kafka at %s (%s); retrying",
-                                      what, self.bootstrap, exc)
-                await self._sleep(delay)
-                delay = min(_MAX_BACKOFF_S, delay * 2)
+    async def flush(self, timeout: float) -> bool:
+        """Nothing is buffered here: what was fetched is stored and committed by the loop."""
+        return True
 
-    async def stop(self) -> None:
+    async def shutdown(self, timeout: float) -> None:
+        """Stop fetching (the batch in flight gives up if the database is away) and leave the group."""
         self._stopping.set()
         self._interrupt.set()
         self.ingestor.abandon()
-        for task in list(self._requests):
-            task.cancel()
-        for part in (self._consumer, self._producer):
-            if part is None:
-                continue
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        if self._consumer is not None:
             try:
-                await part.stop()
-            except KafkaError as exc:
+                await asyncio.wait_for(self._consumer.stop(), timeout)
+            except (KafkaError, TimeoutError) as exc:
                 log.warning("stopping the Kafka client: %s", exc)
 
     async def _sleep(self, seconds: float) -> None:
@@ -289,36 +269,29 @@ class KafkaIngest:
         else:
             self._fetched_to[tp.partition] = first
 
-    # ---- the loop ----
-    async def run(self) -> None:
+    # ---- the source ----
+    async def fetch(self) -> list[Inbound] | None:
         assert self._consumer is not None
-        watcher = asyncio.create_task(self._watch())
+        if self._stopping.is_set():
+            return None
+        await self._rewind_pending()
         try:
-            while not self._stopping.is_set():
-                await self._rewind_pending()
-                try:
-                    fetched = await self._consumer.getmany(timeout_ms=200, max_records=self.max_records)
-                except ConsumerStoppedError:
-                    return
-                except RecordTooLargeError as exc:
-                    await self._too_large(exc)
-                    continue
-                except KafkaError as exc:
-                    self.counters["fetch_errors"] += 1
-                    self._limited.warning(f"fetch:{type(exc).__name__}", "fetch failed: %s: %s",
-                                          type(exc).__name__, exc)
-                    await self._sleep(1.0)
-                    continue
-                if not fetched:
-                    continue
-                async with self._lock:
-                    batch = self._inbound(fetched)
-                    if await self._store(batch):
-                        await self._commit(fetched)
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            fetched = await self._consumer.getmany(timeout_ms=200, max_records=self.max_records)
+        except ConsumerStoppedError:
+            return None
+        except RecordTooLargeError as exc:
+            await self._too_large(exc)
+            return []
+        except KafkaError as exc:
+            self.counters["fetch_errors"] += 1
+            self._limited.warning(f"fetch:{type(exc).__name__}", "fetch failed: %s: %s",
+                                  type(exc).__name__, exc)
+            await self._sleep(1.0)
+            return []
+        return self._inbound(fetched) if fetched else []
+
+    def holding(self) -> asyncio.Lock:
+        return self._lock
 
     def _inbound(self, fetched: Mapping[TopicPartition, list[Any]]) -> list[Inbound]:
         now = self.clock()
@@ -347,27 +320,16 @@ class KafkaIngest:
                       for m in msgs]
         return batch
 
-    async def _store(self, batch: list[Inbound]) -> bool:
-        """Handle a batch, retrying while the database is away; False if it was given up."""
-        backoff = 0.5
-        while True:
-            try:
-                await self.ingestor.handle(batch)
-            except DB_UNAVAILABLE as exc:
-                if self._stopping.is_set() or self._revoking:
-                    reset = self.ingestor.abandon()
-                    for partition in reset:  # its decoders are gone: a reassignment must rewind it
-                        self._processed.pop(partition, None)
-                    log.info("batch given up (%s) while the database is away; partitions %s are re-read",
-                             "stopping" if self._stopping.is_set() else "rebalance", sorted(reset) or "-")
-                    return False
-                await self._wait_for_db(exc, backoff)
-                backoff = min(_DB_MAX_BACKOFF_S, backoff * 2)
-                continue
-            self._db_is_back()
-            return True
+    def give_up(self) -> str | None:
+        if self._stopping.is_set():
+            return "stopping"
+        return "rebalance" if self._revoking else None
 
-    async def _wait_for_db(self, exc: BaseException, delay: float) -> None:
+    def abandoned(self, partitions: set[int]) -> None:
+        for partition in partitions:  # its decoders are gone: a reassignment must rewind it
+            self._processed.pop(partition, None)
+
+    async def database_away(self, exc: BaseException, delay: float) -> None:
         """Pause consumption and wait ``delay`` (less if a rebalance or a stop comes).
 
         No polling meanwhile: a poll during a rebalance waits for the new assignment, which
@@ -386,7 +348,7 @@ class KafkaIngest:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._interrupt.wait(), delay)
 
-    def _db_is_back(self) -> None:
+    def database_back(self) -> None:
         if not self._db_down:
             return
         assert self._consumer is not None
@@ -396,9 +358,10 @@ class KafkaIngest:
         if paused:
             self._consumer.resume(*paused)
 
-    async def _commit(self, fetched: Mapping[TopicPartition, list[Any]]) -> None:
+    async def stored(self, batch: Sequence[Inbound]) -> None:
+        """Commit the batch's offsets, then save the resume offsets (see the module's docstring)."""
         assert self._consumer is not None
-        offsets = {tp: msgs[-1].offset + 1 for tp, msgs in fetched.items() if msgs}
+        offsets = {TopicPartition(self.topic, msg.partition): msg.offset + 1 for msg in batch}
         for tp, next_offset in offsets.items():
             self._processed[tp.partition] = next_offset
         try:
@@ -429,40 +392,13 @@ class KafkaIngest:
             except DB_UNAVAILABLE as exc:
                 if self._stopping.is_set() or self._revoking:
                     return  # older saved offsets only cost a longer re-read
-                await self._wait_for_db(exc, backoff)
-                backoff = min(_DB_MAX_BACKOFF_S, backoff * 2)
+                await self.database_away(exc, backoff)
+                backoff = min(DB_MAX_BACKOFF_S, backoff * 2)
                 continue
-            self._db_is_back()
+            self.database_back()
             return
 
-    # ---- dead letters and keyframe requests ----
-    async def _dead_letter(self, msg: Inbound, reason: str) -> None:
-        assert self._producer is not None
-        source = f"{self.topic}/{msg.partition}/{msg.offset}"
-        out = deadletter.fit(msg.key, msg.value, msg.headers, reason, source, self.tuning.dlq_max_request_size)
-        try:
-            await asyncio.wait_for(
-                self._producer.send_and_wait(self.dlq_topic, out.value, key=out.key, headers=out.headers),
-                self.tuning.dlq_timeout_s)
-        except (KafkaError, TimeoutError) as exc:
-            await self._dead_letter_elsewhere(msg, reason, f"{type(exc).__name__}: {exc}")
-            return
-        if out.truncated:
-            self.counters["dead_letters_truncated"] += 1
-        kind = reason.split(":", 1)[0]
-        self._limited.warning(f"dlq:{kind}", "dead-lettered %s (%d bytes%s): %s", source, len(msg.value),
-                              ", cut to fit" if out.truncated else "", reason)
-
-    async def _dead_letter_elsewhere(self, msg: Inbound, reason: str, why_not_kafka: str) -> None:
-        """The dead-letter topic did not take it: the database keeps it (retried while it is away)."""
-        if self.record_dead_letter is None:
-            raise RuntimeError(f"dead letter of {self.topic}/{msg.partition}/{msg.offset} not produced "
-                               f"({why_not_kafka}) and there is no database to record it in")
-        await self.record_dead_letter(self.topic, msg, reason, why_not_kafka)
-        self.counters["dead_letters_in_db"] += 1
-        self._limited.warning("dlq-db", "dead letter of %s/%d/%d recorded in the database (Kafka: %s): %s",
-                              self.topic, msg.partition, msg.offset, why_not_kafka, reason)
-
+    # ---- messages the client skipped ----
     async def _too_large(self, exc: RecordTooLargeError) -> None:
         """aiokafka skipped a message larger than the fetch limit: keep a reference to it."""
         self.counters["too_large"] += 1
@@ -475,46 +411,13 @@ class KafkaIngest:
         msg = Inbound(partition, offset, b"", b"")
         while not self._stopping.is_set():
             try:
-                await self._dead_letter_elsewhere(msg, reason, "not fetched")
+                await self.replies.dead_letter_elsewhere(msg, reason, "not fetched")
                 return
             except DB_UNAVAILABLE as db_exc:
-                await self._wait_for_db(db_exc, 1.0)
+                await self.database_away(db_exc, 1.0)
             except RuntimeError as missing:
                 log.error("%s", missing)
                 return
-
-    async def request_keyframe(self, request: KeyframeRequest) -> None:
-        """Produce ``request`` to the control topic, in the background (a control topic that does
-        not exist costs a metadata wait, which must not hold up ingest); the agent of its node
-        makes its next frame a keyframe."""
-        if len(self._requests) >= _MAX_PENDING_REQUESTS:
-            self._request_failed(RuntimeError(f"{len(self._requests)} keyframe requests still being sent"))
-            return
-        task = asyncio.create_task(self._send_request(request))
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
-
-    async def _send_request(self, request: KeyframeRequest) -> None:
-        assert self._producer is not None
-        try:
-            future = await self._producer.send(self.control_topic, request.encode(), key=request.key(),
-                                               headers=list(CONTROL_HEADERS))
-        except KafkaError as exc:
-            self._request_failed(exc)
-            return
-        future.add_done_callback(self._request_sent)
-
-    def _request_sent(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            return
-        exc = future.exception()
-        if exc is not None:
-            self._request_failed(exc)
-
-    def _request_failed(self, exc: BaseException) -> None:
-        self.counters["keyframe_request_errors"] += 1
-        self._limited.warning("kfreq-send", "keyframe request not delivered to %s: %s: %s",
-                              self.control_topic, type(exc).__name__, exc)
 
     # ---- lag and stalls ----
     async def _watch(self) -> None:
@@ -562,20 +465,15 @@ class KafkaIngest:
 
     # ---- /metrics ----
     def families(self) -> Iterator[Any]:
-        """Prometheus families of the consumer (added to the collector's /metrics)."""
+        """Prometheus families of the consumer and its replies (added to the collector's /metrics)."""
+        yield from self.replies.families()
         counted = (
             ("partition_stalls", "gpuwatch_collector_partition_stalls", "times a partition with messages waiting "
              "delivered nothing for stall_after_s"),
             ("db_retries", "gpuwatch_collector_db_retries", "database operations retried while it was away"),
-            ("dead_letters_in_db", "gpuwatch_collector_dead_letters_in_database",
-             "dead letters the dead-letter topic did not take, recorded in the database"),
-            ("dead_letters_truncated", "gpuwatch_collector_dead_letters_truncated",
-             "dead letters cut to fit the dead-letter producer's request limit"),
             ("log_resets", "gpuwatch_collector_partition_log_resets",
              "partitions found shorter than what was read (the broker lost data)"),
             ("fetch_errors", "gpuwatch_collector_fetch_errors", "failed Kafka fetches"),
-            ("keyframe_request_errors", "gpuwatch_collector_keyframe_request_errors",
-             "keyframe requests not delivered to the control topic"),
             ("commit_errors", "gpuwatch_collector_commit_errors", "failed Kafka offset commits"),
         )
         for key, name, doc in counted:

@@ -185,6 +185,7 @@ def start_sending(agent: Any, settings: Any) -> Sending | None:
         return None
     from agent.control import ControlListener
     from agent.framing import Framer
+    from agent.producer import Producer
     from agent.sender import Sender
     from agent.spool import Spool, SpoolLockedError
 
@@ -204,7 +205,8 @@ def start_sending(agent: Any, settings: Any) -> Sending | None:
 
     sender = Sender(kafka, spool, on_keyframe_needed=keyframes, cpu=agent.cpu,
                     transport_cpu_budget=settings.transport_cpu_budget)
-    framer = Framer(sender.submit, node=agent.node, instance=agent.instance, window=settings.frame_window,
+    producer: Producer = sender  # the agent's transport seam: Kafka here, in-process in `up`
+    framer = Framer(producer.submit, node=agent.node, instance=agent.instance, window=settings.frame_window,
                     max_delay_s=settings.frame_max_delay, cpu=agent.cpu)
     control = ControlListener(kafka, agent.node, agent.instance, framer.request_keyframe, cpu=agent.cpu)
     agent.record_sinks.append(framer.add)

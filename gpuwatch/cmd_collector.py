@@ -111,8 +111,10 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
 async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = True,
                 alert_rules: str | None = None) -> None:
     from collector import deadletter, positions
-    from collector.consumer import KafkaIngest
+    from collector.consumer import KafkaSource
     from collector.ingest import Ingestor
+    from collector.loop import ConsumeLoop
+    from collector.replies import KafkaReplies
     from collector.store import validate, validate_event
 
     stop = asyncio.Event()
@@ -122,25 +124,30 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     store = await open_store(settings, stop)
     if store is None:
         return
-    ingestor = Ingestor(store, dead_letter=_unset_dead_letter, validate=validate, validate_event=validate_event)
     from collector.alerting.service import from_rules_file
 
     detection = from_rules_file(store.pool, alert_rules)
-    if settings.detect:
-        ingestor.on_committed = detection.on_committed
 
     async def record_dead_letter(topic: str, msg: Any, reason: str, why_not_kafka: str) -> None:
         await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
                                 reason, why_not_kafka)
 
-    consumer = KafkaIngest(
-        ingestor, settings.kafka_bootstrap, settings.kafka_topic, settings.kafka_group,
+    tuning = settings.tuning()
+    security = settings.kafka_client_security()
+    replies = KafkaReplies(settings.kafka_bootstrap, settings.kafka_topic, record_dead_letter=record_dead_letter,
+                           client_kwargs=security, tuning=tuning)
+    ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
+                        on_committed=detection.on_committed if settings.detect else None,
+                        request_keyframe=replies.request_keyframe,
+                        keyframe_request_interval_s=tuning.keyframe_request_interval_s,
+                        stream_idle_s=tuning.stream_idle_s)
+    consumer = KafkaSource(
+        ingestor, replies, settings.kafka_bootstrap, settings.kafka_topic, settings.kafka_group,
         load_positions=lambda topic: positions.load(store.pool, topic),
         save_positions=lambda topic, offsets: positions.save(store.pool, topic, offsets),
-        record_dead_letter=record_dead_letter,
         max_records=settings.max_batch,
-        client_kwargs=settings.kafka_client_security(),
-        tuning=settings.tuning(),
+        client_kwargs=security,
+        tuning=tuning,
     )
     api = None
     tasks: list[asyncio.Task[Any]] = []
@@ -149,13 +156,13 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
         # the API first: while Kafka is not reachable yet (it may start after the collector), /healthz
         # answers (alive), /readyz says why it is not ready, and the stored data can be read
         api = await _start_api(store, api_settings, api_port_given, ingestor, consumer)
-        await _start(consumer, stop)
+        await _start(replies, consumer, stop)
         if not stop.is_set():
             print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
                   f"into a {store.profile} PostgreSQL ({store.profile_reason})", flush=True)
             from collector.periodic import every
 
-            runner = asyncio.create_task(consumer.run())
+            runner = asyncio.create_task(ConsumeLoop(consumer, ingestor).run())
             stopper = asyncio.create_task(stop.wait())
             tasks = [runner, stopper,
                      asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance")),
@@ -167,7 +174,8 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
         stop.set()
         if api is not None:
             await _step("the API", api.stop)
-        await _step("the consumer", consumer.stop)
+        await _step("the consumer", lambda: consumer.shutdown(10.0))
+        await _step("the dead-letter producer", lambda: replies.shutdown(10.0))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -177,12 +185,19 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
         raise failure
 
 
-async def _start(consumer: Any, stop: asyncio.Event) -> None:
-    starting = asyncio.create_task(consumer.start())
+async def _start(replies: Any, consumer: Any, stop: asyncio.Event) -> None:
+    """The dead-letter producer, then the consumer (each waits for Kafka), unless stopped meanwhile."""
+
+    async def both() -> None:
+        await replies.start()
+        await consumer.start()
+
+    starting = asyncio.create_task(both())
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
-        await consumer.stop()
+        await consumer.shutdown(10.0)
+        await replies.shutdown(10.0)
         starting.cancel()
     stopper.cancel()
     await asyncio.gather(starting, stopper, return_exceptions=True)
@@ -221,10 +236,6 @@ async def _step(name: str, step: Callable[[], Awaitable[Any]]) -> None:
         await step()
     except (OSError, RuntimeError, TimeoutError, KafkaError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         log.warning("stopping %s failed (shutdown goes on): %s: %s", name, type(exc).__name__, exc)
-
-
-async def _unset_dead_letter(_msg: Any, _reason: str) -> None:
-    raise RuntimeError("the consumer replaces this with its dead-letter producer")
 
 
 # the API settings whose flag is not ``--setting-name`` (named in setting errors; `up` too)

@@ -207,14 +207,14 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor."""
     from agent.exposition import Exposition
     from agent.framing import Framer
-    from collector.consumer import DB_UNAVAILABLE
-    from collector.ingest import Inbound, Ingestor
+    from agent.producer import Producer
+    from collector.ingest import Ingestor
+    from collector.loop import ConsumeLoop
     from collector.store import Store, validate, validate_event
     from gpuwatch.cmd_agent import build_agent
     from gpuwatch.datadir import DataDirLock, cluster_root, default_data_dir
     from gpuwatch.embedded_pg import PgServer
-    from gpuwatch.inprocess import InProcessTransport
-    from telemetry.control import KeyframeRequest
+    from gpuwatch.inprocess import InProcessReplies, InProcessTransport
 
     stop = run.stop
     pg: PgServer | None = None
@@ -238,53 +238,29 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     stack.push_async_callback(store.close)
     if pg is not None:
         await _revoke_left_over_tokens(store.pool)
-    dead: list[tuple[Inbound, str]] = []
-
-    async def dead_letter(msg: Inbound, reason: str) -> None:
-        dead.append((msg, reason))
-        log.warning("dead-lettered message %d: %s", msg.offset, reason)
-
-    answering: list[tuple[Framer, str, str]] = []  # the agent of this process, once it is built
-
-    async def keyframe_in_process(request: KeyframeRequest) -> None:
-        """The collector lost a stream's base: the agent in this process answers at once."""
-        for framer_, node, instance in answering:
-            if request.matches(node, instance):
-                framer_.request_keyframe(request.gpu)
-
-    ingestor = Ingestor(store, dead_letter, validate, validate_event, request_keyframe=keyframe_in_process)
+    loop = asyncio.get_running_loop()
+    transport = InProcessTransport(loop)  # the agent's producer and the collector's source
+    agent = build_agent(settings)
+    producer: Producer = transport
+    framer = Framer(producer.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
+    replies = InProcessReplies([framer])
     from collector.alerting.service import from_rules_file
 
     detection = from_rules_file(store.pool, args.alert_rules)
     stack.push_async_callback(detection.close)
-    ingestor.on_committed = detection.on_committed
+    ingestor = Ingestor(store, replies.dead_letter, validate, validate_event, on_committed=detection.on_committed,
+                        request_keyframe=replies.request_keyframe)
     api = None
     if api_settings is not None:
         port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
         api = await _start_api(store.pool, api_settings, port_given, ingestor)
         # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
         stack.push_async_callback(api.stop)
-    loop = asyncio.get_running_loop()
-    transport = InProcessTransport(loop)
-    agent = build_agent(settings)
     agent.open()
-    framer = Framer(transport.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
-    answering.append((framer, agent.node, agent.instance))
     agent.record_sinks.append(framer.add)
     agent.event_sinks.append(framer.add_event)
     tasks: list[asyncio.Task[Any]] = []
     server: Any = None
-
-    async def store_batch(batch: list[Inbound]) -> None:
-        delay = 0.5
-        while True:
-            try:
-                await ingestor.handle(batch)
-                return
-            except DB_UNAVAILABLE as exc:
-                log.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(30.0, delay * 2)
 
     async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
                             _tb: TracebackType | None) -> bool:
@@ -294,11 +270,11 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         agent.stop()
         framer.stop()
         stop.set()
-        await asyncio.sleep(0)  # let call_soon_threadsafe deliveries land in the queue
+        await transport.shutdown(0)  # the loop stores what is queued, then finishes
+        if kind is not None:
+            for task in tasks:
+                task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if kind is None:
-            async for batch in transport.drain():
-                await store_batch(batch)
         return False
 
     stack.push_async_exit(stop_pipeline)
@@ -335,15 +311,12 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     if args.duration is not None:
         loop.call_later(args.duration, stop.set)
 
-    async def consume() -> None:
-        while not stop.is_set():
-            batch = await transport.batch()
-            if batch:
-                await store_batch(batch)
-
     from collector.periodic import every
+    from collector.settings import CollectorSettings
 
-    tasks += [asyncio.create_task(consume()), asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
+    maintenance_s = CollectorSettings.model_fields["maintenance_interval"].default
+    tasks += [asyncio.create_task(ConsumeLoop(transport, ingestor).run()),
+              asyncio.create_task(every(maintenance_s, stop, store.maintain, "maintenance")),
               asyncio.create_task(detection.run(stop))]
     run.serving = True
     return ingestor

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.control import ControlListener
-from agent.sender import KafkaSettings
+from agent.kafka_settings import KafkaSettings
 from telemetry.control import CONTROL_HEADERS, KeyframeRequest, control_topic
 from tests.fixtures_kafka import BrokerFactory, create_topic
 from tests.support.poll import wait_until

@@ -550,7 +550,8 @@ def test_every_transport_counter_reaches_metrics_and_lints(
     corruption used to be counted and never shown), with the agent's instance and CPU by account."""
     from agent.control import ControlListener, ControlStats
     from agent.framing import Framer, FramerStats
-    from agent.sender import KafkaSettings, Sender, SenderStats
+    from agent.kafka_settings import KafkaSettings
+    from agent.sender import Sender, SenderStats
     from agent.spool import SpoolStats
     from agent.stats import metric_names
 
@@ -584,7 +585,8 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
     import agent.exposition
     from agent.control import ControlListener
     from agent.framing import Framer
-    from agent.sender import KafkaSettings, Sender
+    from agent.kafka_settings import KafkaSettings
+    from agent.sender import Sender
     from agent.stats import rows, snapshot
 
     table = rows()

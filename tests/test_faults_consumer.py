@@ -19,8 +19,10 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from collector import deadletter, positions
-from collector.consumer import KafkaIngest
+from collector.consumer import KafkaSource
 from collector.ingest import Inbound, Ingestor
+from collector.loop import ConsumeLoop
+from collector.replies import KafkaReplies
 from collector.settings import ConsumerTuning
 from collector.store import Store, validate, validate_event
 from telemetry.codec import FrameEncoder
@@ -30,10 +32,6 @@ from tests.test_ingest_streams import rec
 
 TOPIC = "gpu.telemetry"
 FRAME = [("type", b"frame")]
-
-
-async def _unset(_msg: Inbound, _reason: str) -> None:
-    raise AssertionError("the consumer sets its own dead-letter sink")
 
 
 def _frames(gpu: str, count: int, start: float = 1.7e9) -> list[bytes]:
@@ -55,22 +53,30 @@ async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str
     await await_until(check, timeout=timeout, what=what)
 
 
-async def _consumer(store: Store, bootstrap: str, tuning: ConsumerTuning, **kw: Any) -> KafkaIngest:
-    ingestor = Ingestor(store, _unset, validate, validate_event)
-
+async def _consumer(store: Store, bootstrap: str, tuning: ConsumerTuning) -> KafkaSource:
     async def record(topic: str, msg: Inbound, reason: str, why: str) -> None:
         await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
                                 reason, why)
 
-    consumer = KafkaIngest(ingestor, bootstrap, TOPIC, "faults-test", record_dead_letter=record,
+    replies = KafkaReplies(bootstrap, TOPIC, record_dead_letter=record, tuning=tuning)
+    ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
+                        request_keyframe=replies.request_keyframe)
+    consumer = KafkaSource(ingestor, replies, bootstrap, TOPIC, "faults-test",
                            load_positions=lambda t: positions.load(store.pool, t),
-                           save_positions=lambda t, o: positions.save(store.pool, t, o), tuning=tuning, **kw)
+                           save_positions=lambda t, o: positions.save(store.pool, t, o), tuning=tuning)
+    await replies.start()
     await consumer.start()
     return consumer
 
 
-async def _stop(consumer: KafkaIngest, runner: asyncio.Task[None], store: Store) -> None:
-    await consumer.stop()
+def _run(consumer: KafkaSource) -> asyncio.Task[None]:
+    """The one consume loop, on this source."""
+    return asyncio.create_task(ConsumeLoop(consumer, consumer.ingestor).run())
+
+
+async def _stop(consumer: KafkaSource, runner: asyncio.Task[None], store: Store) -> None:
+    await consumer.shutdown(10.0)
+    await consumer.replies.shutdown(10.0)
     runner.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await runner
@@ -87,7 +93,7 @@ def test_oversized_and_refused_dead_letters_never_stop_the_partition(kafka_broke
         store = await Store.open(pg_db, profile="plain")
         consumer = await _consumer(store, broker.bootstrap, ConsumerTuning(dlq_max_request_size=1 << 20,
                                                                            dlq_timeout_s=3.0))
-        runner = asyncio.create_task(consumer.run())
+        runner = _run(consumer)
         try:
             await _produce(broker.bootstrap, [(0, v) for v in good[:3]] + [(0, bytes(5 << 20))])
 
@@ -96,7 +102,7 @@ def test_oversized_and_refused_dead_letters_never_stop_the_partition(kafka_broke
                 return int(await store.pool.fetchval("SELECT count(*) FROM gpu_samples")) >= n
 
             await _until(lambda: stored(6), 60, "the first frames")
-            consumer.dlq_topic = "a topic name Kafka refuses!"  # the dead-letter topic will not take the next
+            consumer.replies.dlq_topic = "a topic name Kafka refuses!"  # the dead-letter topic will not take the next
             await _produce(broker.bootstrap, [(0, b"garbage")] + [(0, v) for v in good[3:]])
             await _until(lambda: stored(12), 30, "the frames after the garbage")
 
@@ -106,7 +112,8 @@ def test_oversized_and_refused_dead_letters_never_stop_the_partition(kafka_broke
             await _until(recorded, 30, "the dead letter in the database")
             rows = await store.pool.fetch('SELECT "offset", reason, why_not_kafka, size, value FROM dead_letters')
             assert not runner.done()
-            return int(await store.pool.fetchval("SELECT count(*) FROM gpu_samples")), rows, dict(consumer.counters)
+            samples = int(await store.pool.fetchval("SELECT count(*) FROM gpu_samples"))
+            return samples, rows, dict(consumer.replies.counters)
         finally:
             await _stop(consumer, runner, store)
 
@@ -144,7 +151,7 @@ def test_a_stalled_partition_shows_lag_is_reported_and_refetched(kafka_broker: A
             return got
 
         consumer._consumer.getmany = getmany  # type: ignore[method-assign]
-        runner = asyncio.create_task(consumer.run())
+        runner = _run(consumer)
         out: dict[str, Any] = {}
         try:
             await _produce(broker.bootstrap, [(p, v) for p in (0, 1) for v in frames[p]])

@@ -1,4 +1,4 @@
-"""The in-process transport of ``gpuwatch up``: what is queued at shutdown drains, in order."""
+"""The in-process transport of ``gpuwatch up``: what is queued at shutdown is still fetched, in order."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ def test_drain_takes_everything_queued_in_order() -> None:
         for i in range(5):
             transport.submit(Message(b"gpu", f"frame-{i}".encode(), ()))
         await asyncio.sleep(0)  # the loop runs the thread-safe puts
+        await transport.shutdown(1.0)
         got: list[bytes] = []
         async with asyncio.timeout(5):
-            async for batch in transport.drain(max_records=2):
+            while (batch := await transport.fetch()) is not None:
                 got += [m.value for m in batch]
         return got
 

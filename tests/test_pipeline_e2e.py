@@ -24,8 +24,9 @@ import pytest
 
 from agent.driver.simulated import SimulatedFleet
 from agent.framing import Framer
+from agent.kafka_settings import KafkaSettings
 from agent.runtime import Agent, ScheduleConfig
-from agent.sender import KafkaSettings, Sender
+from agent.sender import Sender
 from agent.simulate.attribution import SimulatedAttribution
 from telemetry.records import GpuRecord
 from tests.fixtures_kafka import consume_all, create_topic

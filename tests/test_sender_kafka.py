@@ -25,7 +25,8 @@ from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.partitioner import murmur2
 from pydantic import SecretStr, ValidationError
 
-from agent.sender import KafkaSettings, Sender
+from agent.kafka_settings import KafkaSettings
+from agent.sender import Sender
 from agent.spool import Spool
 from telemetry.wire import Message
 from tests.fixtures_kafka import BrokerFactory, Consumed, consume_all, create_topic
