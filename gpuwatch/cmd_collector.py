@@ -110,10 +110,10 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
 
 async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = True,
                 alert_rules: str | None = None) -> None:
-    from collector import deadletter, positions
+    from collector import deadletter
     from collector.consumer import KafkaIngest
     from collector.ingest import Ingestor
-    from collector.store import validate, validate_event
+    from collector.store import positions, validate, validate_event
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -159,6 +159,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
             stopper = asyncio.create_task(stop.wait())
             tasks = [runner, stopper,
                      asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance")),
+                     asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),
                      asyncio.create_task(detection.run(stop))]
             await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if runner.done() and not runner.cancelled():

@@ -344,6 +344,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     from collector.periodic import every
 
     tasks += [asyncio.create_task(consume()), asyncio.create_task(every(60, stop, store.maintain, "maintenance")),
+              asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),
               asyncio.create_task(detection.run(stop))]
     run.serving = True
     return ingestor
