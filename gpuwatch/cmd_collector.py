@@ -63,10 +63,9 @@ class ConfigError(Exception):
 
 def _never_works(exc: BaseException) -> bool:
     """A connection failure that waiting cannot mend: the login, the database name or the DSN."""
-    import asyncpg
+    from collector.store import errors
 
-    return isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
-                      | asyncpg.InvalidCatalogNameError | asyncpg.ClientConfigurationError | ValueError)
+    return errors.never_works(exc)
 
 
 async def open_store(settings: Any, stop: asyncio.Event) -> Any:
@@ -215,12 +214,13 @@ async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingest
 
 async def _step(name: str, step: Callable[[], Awaitable[Any]]) -> None:
     """One shutdown step; its failure is logged and the next steps still run."""
-    import asyncpg
     from aiokafka.errors import KafkaError
+
+    from collector.store.errors import TRANSIENT
 
     try:
         await step()
-    except (OSError, RuntimeError, TimeoutError, KafkaError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except (RuntimeError, TimeoutError, KafkaError, *TRANSIENT) as exc:
         log.warning("stopping %s failed (shutdown goes on): %s: %s", name, type(exc).__name__, exc)
 
 
