@@ -165,7 +165,7 @@ async def usage_refresh(dsn: str) -> dict[str, Any]:
     """The usage rollup over the raw samples: all 10 minutes, then one new minute, then nothing new."""
     import asyncpg
 
-    from collector.api import usage
+    from collector.store import usage
 
     conn = await asyncpg.connect(dsn)
     try:
@@ -208,7 +208,7 @@ async def keepalive(pool: Any, token: str, runs: int) -> dict[str, Any]:
     settings = ApiSettings.model_validate({"port": 0})
     out: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
-    server = ApiServer(pool, settings, refresh_usage=False)
+    server = ApiServer(pool, settings)
     await server.start()
     try:
         out["nodelay"] = await loop.run_in_executor(None, sequential, server.url, "/api/v1/me", token, runs)
@@ -311,7 +311,7 @@ async def serve_and_measure(dsn: str, args: argparse.Namespace) -> dict[str, Any
     filled = await populate(dsn)
     refresh = await usage_refresh(dsn)
     pool = await asyncpg.create_pool(dsn, min_size=2, max_size=8)
-    server = ApiServer(pool, ApiSettings.model_validate({"port": 0, "max_points": 20_000}), refresh_usage=False)
+    server = ApiServer(pool, ApiSettings.model_validate({"port": 0, "max_points": 20_000}))
     await server.start()
     try:
         loop = asyncio.get_running_loop()

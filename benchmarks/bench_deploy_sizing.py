@@ -75,8 +75,7 @@ async def _sizes(dsn: str) -> dict[str, int]:
 
 
 async def _roll_up(dsn: str, start: datetime, end: datetime) -> None:
-    from collector.api import usage
-    from collector.store import Store
+    from collector.store import Store, usage
 
     store = await Store.open(dsn)
     try:

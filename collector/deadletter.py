@@ -9,7 +9,8 @@ consumer loop, every restart would meet the same message (a crash loop). So:
   original key (cut to 1 KiB), headers (each value cut to 1 KiB) and value when they fit,
   else the value cut to what fits, with headers naming the original size, its SHA-256,
   the source (topic/partition/offset) and the reason;
-* :func:`record` stores a dead letter in the ``dead_letters`` table when even that could
+* :func:`record` stores a dead letter in the ``dead_letters`` table (through
+  :mod:`collector.store.dead_letters`) when even that could
   not be produced (the first MiB of the value, its size and hash, why Kafka refused it).
   One row per source offset, so a re-read adds nothing.
 """
@@ -21,6 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from collector.store import dead_letters
+
 KEY_MAX: Final = 1024
 HEADER_VALUE_MAX: Final = 1024
 HEADERS_MAX: Final = 32
@@ -28,13 +31,6 @@ HEADERS_MAX: Final = 32
 SLACK: Final = 16 * 1024
 #: how much of a message's value a database dead letter keeps
 DB_VALUE_MAX: Final = 1 << 20
-
-_RECORD: Final = """
-INSERT INTO dead_letters (topic, partition, "offset", reason, why_not_kafka, size, sha256, key, headers, value)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10)
-ON CONFLICT (topic, partition, "offset") DO NOTHING
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterMessage:
@@ -70,7 +66,7 @@ async def record(db: Any, topic: str, partition: int, offset: int, key: bytes, v
                  headers: tuple[tuple[str, bytes], ...], reason: str, why_not_kafka: str) -> None:
     """Store one dead letter in ``dead_letters`` (``db``: an asyncpg pool or connection)."""
     listed = [[name, v[:HEADER_VALUE_MAX].decode("utf-8", "backslashreplace")] for name, v in headers[:HEADERS_MAX]]
-    await db.execute(
-        _RECORD, topic, partition, offset, reason[:2000], why_not_kafka[:2000], len(value),
+    await dead_letters.insert(db, dead_letters.DeadLetterRow(
+        topic, partition, offset, reason[:2000], why_not_kafka[:2000], len(value),
         hashlib.sha256(value).hexdigest(), key[:KEY_MAX], json.dumps(listed), value[:DB_VALUE_MAX],
-    )
+    ))

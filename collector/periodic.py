@@ -14,15 +14,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-import asyncpg
-
+from collector.store.errors import TRANSIENT
 from telemetry.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 _limited = RateLimitedLog(log)
-
-#: failures that mean "the database (or network) is away for now": the next round retries
-TRANSIENT: tuple[type[BaseException], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 async def every(interval_s: float, stop: asyncio.Event, step: Callable[[], Awaitable[object]], what: str) -> None:

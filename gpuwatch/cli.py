@@ -150,24 +150,15 @@ def explain(exc: BaseException, args: argparse.Namespace) -> str | None:
 
 
 def _explain_database(exc: BaseException, args: argparse.Namespace) -> str | None:
-    if "asyncpg" not in sys.modules:
+    if "asyncpg" not in sys.modules:  # no database was touched (and the agent need not load the store)
         return None
-    import asyncpg
+    from collector.store import errors
 
     db = _database(args)
     fix = "the DSN given with --db (or --db-file, GPUWATCH_DB)" if _dsn_given(args) else "the data directory"
-    if isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError):
-        return f"{db} refused the login: {exc}; check the user name and password in {fix}"
-    if isinstance(exc, asyncpg.InvalidCatalogNameError):
-        return f"{db}: {exc}; create that database or name another in {fix}"
-    if isinstance(exc, asyncpg.PostgresError):
-        return f"{db}: {exc} (SQLSTATE {exc.sqlstate})"
-    bad_dsn = isinstance(exc, ValueError) and _raised_in(exc, "asyncpg")
-    if isinstance(exc, asyncpg.ClientConfigurationError) or bad_dsn:
-        return (f"invalid DSN {db.removeprefix('PostgreSQL at ')}: {str(exc).removeprefix('invalid DSN: ')}; expected "
-                "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
-    if isinstance(exc, asyncpg.InterfaceError):
-        return f"{db}: {exc}"
+    line = errors.explain(exc, db, fix, lambda e: _raised_in(e, "asyncpg"))
+    if line is not None:
+        return line
     if isinstance(exc, OSError) and _raised_in(exc, "asyncpg"):
         return f"cannot connect to {db}: {_reason(exc)}; check that PostgreSQL runs there, and {fix}"
     return None

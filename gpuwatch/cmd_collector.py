@@ -63,10 +63,9 @@ class ConfigError(Exception):
 
 def _never_works(exc: BaseException) -> bool:
     """A connection failure that waiting cannot mend: the login, the database name or the DSN."""
-    import asyncpg
+    from collector.store import errors
 
-    return isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
-                      | asyncpg.InvalidCatalogNameError | asyncpg.ClientConfigurationError | ValueError)
+    return errors.never_works(exc)
 
 
 async def open_store(settings: Any, stop: asyncio.Event) -> Any:
@@ -110,12 +109,12 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
 
 async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = True,
                 alert_rules: str | None = None) -> None:
-    from collector import deadletter, positions
+    from collector import deadletter
     from collector.consumer import KafkaSource
     from collector.ingest import Ingestor
     from collector.loop import ConsumeLoop
     from collector.replies import KafkaReplies
-    from collector.store import validate, validate_event
+    from collector.store import positions, validate, validate_event
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -166,6 +165,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
             stopper = asyncio.create_task(stop.wait())
             tasks = [runner, stopper,
                      asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance")),
+                     asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),
                      asyncio.create_task(detection.run(stop))]
             await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if runner.done() and not runner.cancelled():
@@ -229,12 +229,13 @@ async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingest
 
 async def _step(name: str, step: Callable[[], Awaitable[Any]]) -> None:
     """One shutdown step; its failure is logged and the next steps still run."""
-    import asyncpg
     from aiokafka.errors import KafkaError
+
+    from collector.store.errors import TRANSIENT
 
     try:
         await step()
-    except (OSError, RuntimeError, TimeoutError, KafkaError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except (RuntimeError, TimeoutError, KafkaError, *TRANSIENT) as exc:
         log.warning("stopping %s failed (shutdown goes on): %s: %s", name, type(exc).__name__, exc)
 
 

@@ -63,12 +63,11 @@ def _dsn(args: argparse.Namespace) -> str:
 
 
 async def _main(args: argparse.Namespace, dsn: str) -> int:
-    import asyncpg
-
     from collector.api import tokens
     from collector.store import migrate
+    from collector.store.errors import connect
 
-    conn = await asyncpg.connect(dsn)
+    conn = await connect(dsn)
     try:
         await migrate(conn)
         if args.token_command == "create":

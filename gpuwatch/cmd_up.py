@@ -92,17 +92,6 @@ def nvml_available() -> tuple[bool, str]:
     return (count > 0, "NVML sees no GPU") if count == 0 else (True, f"NVML sees {count} GPU(s)")
 
 
-async def _ensure_database(admin_dsn: str, name: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')  # name is a constant, not input
-    finally:
-        await conn.close()
-
-
 def _api_settings(args: argparse.Namespace) -> Any:
     """The API's settings from flags and ``GPUWATCH_API_*`` (None: ``--api-port -1``)."""
     if args.api_port is not None and args.api_port < 0:
@@ -226,7 +215,9 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         stack.enter_context(DataDirLock(data_dir, "up"))
         pg = PgServer.open(cluster_root(data_dir), tcp=False, die_with_parent=True, orphans=True)
         stack.callback(pg.stop)
-        await _ensure_database(pg.dsn("postgres"), "gpuwatch")
+        from collector.store.databases import ensure_database
+
+        await ensure_database(pg.dsn("postgres"), "gpuwatch")
         dsn = pg.dsn("gpuwatch")
         where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
     from collector.store import MigrationError
@@ -317,6 +308,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     maintenance_s = CollectorSettings.model_fields["maintenance_interval"].default
     tasks += [asyncio.create_task(ConsumeLoop(transport, ingestor).run()),
               asyncio.create_task(every(maintenance_s, stop, store.maintain, "maintenance")),
+              asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),
               asyncio.create_task(detection.run(stop))]
     run.serving = True
     return ingestor

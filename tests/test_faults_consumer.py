@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from collector import deadletter, positions
+from collector import deadletter
 from collector.consumer import KafkaSource
 from collector.ingest import Inbound, Ingestor
 from collector.loop import ConsumeLoop
 from collector.replies import KafkaReplies
 from collector.settings import ConsumerTuning
-from collector.store import Store, validate, validate_event
+from collector.store import Store, positions, validate, validate_event
 from telemetry.codec import FrameEncoder
 from tests.fixtures_kafka import consume_all, create_topic
 from tests.support.poll import await_until

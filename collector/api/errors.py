@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from collector.store import errors as db_errors
 
 
 class ErrorBody(BaseModel):
@@ -145,9 +146,8 @@ async def _db_unavailable(_request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(asyncpg.DataError, _data_error)
-    for exc in (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-                asyncpg.exceptions.OperatorInterventionError):
+    app.add_exception_handler(db_errors.DataError, _data_error)
+    for exc in db_errors.UNREACHABLE:
         app.add_exception_handler(exc, _db_unavailable)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

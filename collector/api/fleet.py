@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import asyncpg
-
 from collector.api.health import Health, OpenAnomaly, judge
 from collector.api.principal import Principal
+from collector.store.errors import UndefinedTable
 from collector.store.schema import BY_KEY
 from telemetry.keys import (
     CLOCKS_EVENT_REASONS,
@@ -158,7 +157,7 @@ async def open_anomalies_by_gpu(db: Any, who: Principal) -> dict[str, list[OpenA
         args.append(who.scope_param())
     try:
         rows = await db.fetch(sql + " ORDER BY start_ts", *args)
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         return {}
     out: dict[str, list[OpenAnomaly]] = {}
     for r in rows:

@@ -1,5 +1,5 @@
 """Per-service GPU history and cost, read from the service usage tables
-(:mod:`collector.api.usage`).
+(:mod:`collector.store.usage`).
 
 Per step (and per pod, and in total over the whole range), each figure saying what it
 averages over:

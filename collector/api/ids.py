@@ -20,6 +20,8 @@ import hmac
 import secrets
 from typing import Any, Final, Literal
 
+from collector.store import api_secrets
+
 Kind = Literal["anomaly", "alert", "silence"]
 _PREFIX: Final[dict[Kind, str]] = {"anomaly": "an_", "alert": "al_", "silence": "si_"}
 _ROUNDS: Final = 6
@@ -67,7 +69,4 @@ class IdCodec:
 
 async def load(db: Any) -> IdCodec:
     """The codec under the database's key, creating the key on first use (one per database)."""
-    await db.execute("INSERT INTO api_secrets (name, secret) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                     KEY_NAME, secrets.token_bytes(32))
-    key = await db.fetchval("SELECT secret FROM api_secrets WHERE name = $1", KEY_NAME)
-    return IdCodec(bytes(key))
+    return IdCodec(await api_secrets.get_or_create(db, KEY_NAME, secrets.token_bytes(32)))

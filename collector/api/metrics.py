@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 from fastapi import Request
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -32,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from collector.api import auth, fleet
 from collector.api.context import ApiContext
 from collector.api.principal import Principal
+from collector.store.errors import TRANSIENT, UndefinedTable
 from telemetry.keys import SM_ACTIVE
 
 _EVERYONE = Principal(0, "metrics", "viewer", None)
@@ -116,7 +116,7 @@ async def _collector_families(ctx: ApiContext, rate: RateWindow) -> list[Any]:
         ping.add_metric([], time.perf_counter() - t0)
         up.add_metric([], 1.0)
         db_ok = True
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+    except TRANSIENT:
         up.add_metric([], 0.0)
         db_ok = False
     families += [up, ping]
@@ -135,7 +135,7 @@ async def _store_families(ctx: ApiContext, who: Principal) -> list[Any]:
         args.append(who.scope_param())
     try:
         rows = await ctx.pool.fetch(sql + " GROUP BY 1 ORDER BY 1", *args)
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         rows = []
     for r in rows:
         anomalies.add_metric([r["severity"]], float(r["n"]))

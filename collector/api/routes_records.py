@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-import asyncpg
 from fastapi import APIRouter, Depends, Path, Query
 
 from collector.api import records, tokens
@@ -26,6 +25,7 @@ from collector.api.models import (
 )
 from collector.api.params import decode_cursor, span
 from collector.api.principal import Principal
+from collector.store.errors import UndefinedTable
 
 router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(check_request)])
 
@@ -96,7 +96,7 @@ async def list_anomalies(
     try:
         page = await records.anomalies(ctx.pool, who, codec, start=start_t, end=end_t, filters=filters,
                                        status=status, limit=limit, cursor=_opaque(codec, "anomaly", cursor, "cursor"))
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         raise _tables_missing() from None
     return AnomalyPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
 
@@ -117,7 +117,7 @@ async def list_alerts(
     try:
         page = await records.alerts(ctx.pool, who, codec, start=start_t, end=end_t, filters=filters, limit=limit,
                                     cursor=_opaque(codec, "alert", cursor, "cursor"))
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         raise _tables_missing() from None
     return AlertPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
 
@@ -131,7 +131,7 @@ async def list_silences(
     try:
         page = await records.silences(ctx.pool, view, active_only=active, limit=limit,
                                       cursor=_opaque(view.codec, "silence", cursor, "cursor"))
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         raise _tables_missing() from None
     return SilencePage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
 
@@ -159,7 +159,7 @@ async def create_silence(ctx: Ctx, who: Operator, body: SilenceIn) -> SilenceOut
     try:
         row = await records.create_silence(ctx.pool, view, matchers=body.matchers, starts_at=starts, ends_at=ends,
                                            comment=body.comment)
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         raise _tables_missing() from None
     return SilenceOut.model_validate(row)
 
@@ -173,7 +173,7 @@ async def delete_silence(
     assert row_id is not None  # a path segment is never empty
     try:
         row = await records.expire_silence(ctx.pool, view, row_id)
-    except asyncpg.UndefinedTableError:
+    except UndefinedTable:
         raise _tables_missing() from None
     if row is None:
         raise not_found(f"silence {silence_id}")

@@ -24,7 +24,6 @@ import uvicorn
 from collector.api.app import create_app
 from collector.api.context import IngestStats
 from collector.api.settings import ApiSettings
-from collector.api.usage import UsageRollup
 
 
 class _Server(uvicorn.Server):
@@ -45,9 +44,7 @@ def listening_socket(family: socket.AddressFamily) -> socket.socket:
 
 
 class ApiServer:
-    def __init__(
-        self, pool: Any, settings: ApiSettings, stats: IngestStats | None = None, *, refresh_usage: bool = True,
-    ) -> None:
+    def __init__(self, pool: Any, settings: ApiSettings, stats: IngestStats | None = None) -> None:
         self.settings = settings
         self.app = create_app(pool, settings, stats)
         config = uvicorn.Config(
@@ -56,7 +53,6 @@ class ApiServer:
             ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
         )
         self._server = _Server(config)
-        self.usage = UsageRollup(pool) if refresh_usage else None
         self._socket: socket.socket | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -82,8 +78,6 @@ class ApiServer:
         sock.set_inheritable(True)
         self._socket = sock
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        if self.usage is not None:
-            self.usage.start()
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises what stopped it
@@ -93,8 +87,6 @@ class ApiServer:
     async def stop(self, timeout: float = 5.0) -> None:
         if self._task is None:
             return
-        if self.usage is not None:
-            await self.usage.stop()
         self._server.should_exit = True
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from collector.store import maintenance, queries
+from collector.store import maintenance, queries, usage
 from collector.store.migrate import Profile, migrate_pool
 from collector.store.rows import fast_rows
 from collector.store.schema import (
@@ -567,6 +567,18 @@ class Store:
         try:
             async with self._pool.acquire() as conn:
                 await maintenance.run(conn, now or datetime.now(UTC), self.profile)
+        except _CONNECTION_ERRORS:
+            await self._pool.expire_connections()
+            raise
+
+    async def refresh_usage(self, now: datetime | None = None) -> int | None:
+        """The service usage tables' changed minutes (:func:`collector.store.usage.refresh`):
+        a round of the collector's background loop, next to :meth:`maintain`, so service
+        history stays fresh whether the API runs or not. Pod-minute rows written, or None
+        when another replica's refresh held the lock."""
+        try:
+            async with self._pool.acquire() as conn:
+                return await usage.refresh(conn, now or datetime.now(UTC))
         except _CONNECTION_ERRORS:
             await self._pool.expire_connections()
             raise

@@ -31,9 +31,9 @@ import asyncpg
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import create_app, tokens, usage
+from collector.api import create_app, tokens
 from collector.api.settings import ApiSettings
-from collector.store import Store
+from collector.store import Store, usage
 from telemetry.records import EventRecord, GpuRecord, ProcessRecord
 from tests.fixtures_pg import PgServer
 
@@ -223,7 +223,7 @@ def live_api(fleet_db: Fleet) -> Iterator[LiveApi]:
     async def main() -> None:
         pool = await asyncpg.create_pool(fleet_db.dsn, min_size=1, max_size=4)
         server = ApiServer(pool, ApiSettings.model_validate({"port": 0, "token_cache_seconds": 0, "max_points": 5000,
-                                                             "stale_after_seconds": 3600}), refresh_usage=False)
+                                                             "stale_after_seconds": 3600}))
         await server.start()
         stop = asyncio.Event()
         holder.update(url=server.url, stop=stop, loop=asyncio.get_running_loop())

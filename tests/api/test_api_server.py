@@ -16,7 +16,7 @@ from collector.api.settings import ApiSettings
 
 def _serve_once(settings: ApiSettings, call: str, headers: dict[str, str] | None = None) -> httpx.Response:
     async def main() -> httpx.Response:
-        server = ApiServer(None, settings, refresh_usage=False)
+        server = ApiServer(None, settings)
         await server.start()
         try:
             async with httpx.AsyncClient(verify=False, timeout=10) as client:

@@ -13,9 +13,9 @@ import asyncpg
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import create_app, tokens, usage
+from collector.api import create_app, tokens
 from collector.api.settings import ApiSettings
-from collector.store import Store
+from collector.store import Store, usage
 from tests.api.conftest import A1, A3, B1, SPAN, fleet_records
 from tests.test_store_timescale import PGLITE_POOL, pglite_dsn
 

@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 from fastapi.testclient import TestClient
 
-from collector.api import create_app, tokens, usage
+from collector.api import create_app, tokens
 from collector.api.settings import ApiSettings
-from collector.store import Store
+from collector.store import Store, usage
 from telemetry.records import GpuRecord, ProcessRecord
 
 GPU = "GPU-usage-0000-4000-8000-000000000001"

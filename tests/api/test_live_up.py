@@ -91,8 +91,7 @@ def _roll_up_now(dsn: str) -> None:
     """Fill the rollups and the service usage tables up to now, including the current minute."""
     from datetime import UTC, datetime, timedelta
 
-    from collector.api import usage
-    from collector.store import Store
+    from collector.store import Store, usage
 
     async def main() -> None:
         now = datetime.now(UTC)

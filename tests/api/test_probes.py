@@ -23,7 +23,7 @@ def test_healthz_always_and_readyz_once_ingest_joined_and_while_the_store_is_ope
         pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1)
         why: list[str | None] = ["the consumer has not joined group gpuwatch-collector yet"]
         server = ApiServer(pool, ApiSettings.model_validate({"port": 0, "metrics_auth": True}),
-                           IngestStats(not_ready=lambda: why[0]), refresh_usage=False)
+                           IngestStats(not_ready=lambda: why[0]))
         await server.start()
         seen: list[tuple[str, int, dict[str, str]]] = []
         try:
@@ -55,7 +55,7 @@ def test_healthz_always_and_readyz_once_ingest_joined_and_while_the_store_is_ope
 
 def test_in_process_ingest_is_ready_without_a_consumer() -> None:
     async def main() -> int:
-        server = ApiServer(None, ApiSettings.model_validate({"port": 0}), refresh_usage=False)
+        server = ApiServer(None, ApiSettings.model_validate({"port": 0}))
         await server.start()
         try:
             async with httpx.AsyncClient(timeout=10) as client:

@@ -177,9 +177,8 @@ async def _fill(dsn: str) -> None:
     from collector import deadletter
     from collector.alerting.rules import parse_rules
     from collector.alerting.service import DetectionService
-    from collector.api import usage
     from collector.ingest import Inbound, Ingestor
-    from collector.store import Store, validate, validate_event
+    from collector.store import Store, usage, validate, validate_event
     from gpuwatch.inprocess import InProcessTransport
     from telemetry.records import EventRecord
     from telemetry.wire import Message

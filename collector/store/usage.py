@@ -1,17 +1,19 @@
 """Fills the service usage tables (migrations 0031, 0032) from raw samples.
 
-Why here and on a timer: service history must answer a day of a 512-GPU service in well
-under 100 ms, which joining process and GPU samples at request time cannot. Each
-:func:`refresh` computes the minutes that changed: those of the last ``lookback`` (6 h)
-whose GPU sample count in ``gpu_samples_1m`` differs from the count recorded when they
-were last computed (``service_usage_minutes``), so the newest minute and late data from
-an agent's spool are both picked up, and the minutes that did not change cost one
-indexed count. Changed minutes (and the minute before each, whose last sample's length
-depends on them) are deleted and computed again in one transaction, then the service
-minutes and the pod hours that overlap them. On the plain profile ``gpu_samples_1m`` is
-filled by ``Store.maintain``; on TimescaleDB it is a real-time continuous aggregate. A
-transaction-scoped advisory lock keeps concurrent refreshes (several collector
-replicas) from doubling rows: the later one skips.
+Why in the store, run by :meth:`Store.refresh_usage <collector.store.Store.refresh_usage>`: the
+collector's background loop refreshes it every minute next to maintenance, so service history
+stays fresh with the API off (it once ran inside the API server). Why on a timer: service
+history must answer a day of a 512-GPU service in well under 100 ms, which joining process and
+GPU samples at request time cannot. Each :func:`refresh` computes the minutes that changed:
+those of the last ``lookback`` (6 h) whose GPU sample count in ``gpu_samples_1m`` differs from
+the count recorded when they were last computed (``service_usage_minutes``), so the newest
+minute and late data from an agent's spool are both picked up, and the minutes that did not
+change cost one indexed count. Changed minutes (and the minute before each, whose last sample's
+length depends on them) are deleted and computed again in one transaction, then the service
+minutes and the pod hours that overlap them. On the plain profile ``gpu_samples_1m`` is filled
+by ``Store.maintain``; on TimescaleDB it is a real-time continuous aggregate. A transaction-
+scoped advisory lock keeps concurrent refreshes (several collector replicas) from doubling
+rows: the later one skips.
 
 GPU-seconds are the seconds a GPU was held: each GPU sample stands for the time until
 that GPU's next sample, at most :data:`MAX_SAMPLE_GAP` (30 s, when the detectors call a
@@ -28,13 +30,11 @@ seconds; SM/tensor active are weighted by them. Service minutes sum pods (their
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from collector.periodic import every
 from collector.store.schema import BY_KEY, ORIGIN_SQL, ROLLUP_1H_RETENTION, ROLLUP_1M_RETENTION
 from telemetry.keys import PIPE_TENSOR_ACTIVE, POWER_USAGE, SM_ACTIVE
 
@@ -171,29 +171,3 @@ async def rebuild(conn: Any, start: datetime, end: datetime) -> int:
         counts = {r["bucket"]: int(r["n"]) for r in await conn.fetch(_COUNTS, since, until)}
         minutes = {since + i * MINUTE for i in range(int((until - since) / MINUTE))}
         return await _compute(conn, minutes, counts) if minutes else 0
-
-
-class UsageRollup:
-    """Refreshes the service usage tables every ``interval`` seconds until stopped."""
-
-    def __init__(self, pool: Any, interval: float = 60.0, lookback: timedelta = timedelta(hours=6)) -> None:
-        self.pool = pool
-        self.interval = interval
-        self.lookback = lookback
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-
-    async def run_once(self, now: datetime | None = None) -> int | None:
-        async with self.pool.acquire() as conn:
-            return await refresh(conn, now or datetime.now(UTC), self.lookback)
-
-    async def _loop(self) -> None:
-        await every(self.interval, self._stop, self.run_once, "service usage rollup")
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)

@@ -1,4 +1,5 @@
-"""Persisted resume offsets of the Kafka consumer (table ``ingest_positions``).
+"""Persisted resume offsets of the Kafka consumer (table ``ingest_positions``), in the store
+as every way into the database is.
 
 Saved after each stored batch, once its Kafka commit succeeded: a crash between the two
 leaves a resume offset that is only older than it could be, which costs a re-read, never
