@@ -301,8 +301,9 @@ class ActivityLevel:
     def step_anchor(self) -> float:
         """Where the workload sat before the last 20 s: the lower quartile of the block means of
         20-150 s ago (a burst of demand, up to three quarters of that time, is not the level it
-        works at; on a falling wave the quartile is the recent end, so a wave is not a step);
-        0 with fewer than 6 blocks. :meth:`step_line` adds the line a smoothly rising or
+        works at; on a falling wave the quartile is the recent end, so a wave is not a step;
+        blocks of an idle GPU, a checkpoint's or a drained replica's, are no level it works at:
+        trace f's stall was no step from a checkpoint 25 s before); 0 with fewer than 6 blocks. :meth:`step_line` adds the line a smoothly rising or
         falling load is on."""
         anchor = self._anchor
         if anchor < 0:
@@ -317,7 +318,7 @@ class ActivityLevel:
 
     def _window(self) -> list[float]:
         ts, since = self._anchor_ts, self.rebase_ts
-        return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since]
+        return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since and m >= IDLE]
 
     def step_line(self) -> tuple[float, float]:
         """The least-squares line through the same blocks, read at its end, and how far they are

@@ -118,3 +118,17 @@ def test_the_held_out_trace_e_stall_found_nothing_on_normal_phases() -> None:
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and result["false"] == []
     assert {i["phase"] for i in result["incidents"] if i["found"]} == {"stall"}
+
+
+def test_the_held_out_trace_f_stall_launch_and_leak_found_nothing_on_normal_phases() -> None:
+    """Variant f, recorded with the detectors of its session final and scored at once: 2 of 4
+    (launch-bound after 100 s, the leak after 42 s). Then looked at: the job's first minutes
+    were no plateau (a slower phase after its evaluation), so it was judged as a job of
+    unknown kind, where only a step counts, and the step's anchor held the checkpoint's idle
+    blocks: the stall 25 s later was no step from there. Blocks of an idle GPU are no level
+    it works at (level.py ``_window``): the stall is found after 92 s. The contention (a fall
+    to 0.08, 25 s after the stall) is still missed: its anchor is the stall's level."""
+    trace = DATA / "h200-labelled-f.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["false"] == []
+    assert {i["phase"] for i in result["incidents"] if i["found"]} == {"stall", "launch", "leak"}
