@@ -303,8 +303,8 @@ class ActivityLevel:
         20-150 s ago (a burst of demand, up to three quarters of that time, is not the level it
         works at; on a falling wave the quartile is the recent end, so a wave is not a step;
         blocks of an idle GPU, a checkpoint's or a drained replica's, are no level it works at:
-        trace f's stall was no step from a checkpoint 25 s before); 0 with fewer than 6 blocks. :meth:`step_line` adds the line a smoothly rising or
-        falling load is on."""
+        trace f's stall was no step from a checkpoint 25 s before); 0 with fewer than 6 blocks.
+        :meth:`step_line` adds the line a smoothly rising or falling load is on."""
         anchor = self._anchor
         if anchor < 0:
             means = self._window()
