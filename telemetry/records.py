@@ -7,6 +7,11 @@ ignored), so that producers and consumers can be upgraded in either order. Every
 rejection raises :class:`RecordError` with a reason that names the field, and
 :func:`read_jsonl` turns those into :class:`BadLine` items with file and line number, so a
 replay never stops on one bad line.
+
+Records are immutable (frozen dataclasses with slots): a record is a fact about one sample,
+shared by the store, the detectors and the exporter, so nothing may change it on the way.
+A derived record is a new one (``dataclasses.replace``). Freezing costs nothing per record
+beyond construction; there is no validation in ``__init__`` (the parsers validate).
 """
 
 from __future__ import annotations
@@ -16,18 +21,22 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 _PROCESS_STR_FIELDS = ("name", "namespace", "pod", "container", "service")
 _PROCESS_NUM_FIELDS = ("used_memory_mib", "sm_util", "mem_util")
 _RECORD_OPT_STR_FIELDS = ("model", "pci_bus_id", "driver_version", "mig_profile", "parent_gpu")
 
 
+GpuId: TypeAlias = str
+"""A GPU's identity across the system: its UUID (``GPU-...``), or a MIG instance's (``MIG-...``)."""
+
+
 class RecordError(ValueError):
     """A record that does not follow the telemetry contract; the message names the field."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ProcessRecord:
     """One compute process on a GPU at one sample, with its Kubernetes identity if known."""
 
@@ -50,13 +59,13 @@ class ProcessRecord:
         return out
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class GpuRecord:
     """One GPU (or MIG instance) at one sample time."""
 
     ts: float
     node: str
-    gpu: str
+    gpu: GpuId
     metrics: dict[str, float]
     gpu_index: int | None = None
     model: str | None = None
@@ -112,14 +121,12 @@ def parse_process(obj: Any, where: str = "processes[]") -> ProcessRecord:
     pid = obj["pid"]
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise RecordError(f"{where}.pid must be an integer, got {pid!r:.40}")
-    proc = ProcessRecord(pid=pid)
-    for name in _PROCESS_STR_FIELDS:
-        setattr(proc, name, _opt_str(obj, name, f"{where}."))
+    fields: dict[str, Any] = {name: _opt_str(obj, name, f"{where}.") for name in _PROCESS_STR_FIELDS}
     for name in _PROCESS_NUM_FIELDS:
         value = obj.get(name)
         if value is not None:
-            setattr(proc, name, _number(value, f"{where}.{name}"))
-    return proc
+            fields[name] = _number(value, f"{where}.{name}")
+    return ProcessRecord(pid=pid, **fields)
 
 
 def parse_record(obj: Any) -> GpuRecord:
@@ -151,17 +158,10 @@ def parse_record(obj: Any) -> GpuRecord:
     raw_procs = obj.get("processes") or []
     if not isinstance(raw_procs, list):
         raise RecordError("processes must be an array")
-    record = GpuRecord(
-        ts=float(ts),
-        node=node,
-        gpu=gpu,
-        metrics=metrics,
-        gpu_index=gpu_index,
-        processes=[parse_process(p, f"processes[{i}]") for i, p in enumerate(raw_procs)],
-    )
-    for name in _RECORD_OPT_STR_FIELDS:
-        setattr(record, name, _opt_str(obj, name, ""))
-    return record
+    processes = [parse_process(p, f"processes[{i}]") for i, p in enumerate(raw_procs)]
+    optional = {name: _opt_str(obj, name, "") for name in _RECORD_OPT_STR_FIELDS}
+    return GpuRecord(ts=float(ts), node=node, gpu=gpu, metrics=metrics, gpu_index=gpu_index,
+                     processes=processes, **optional)
 
 
 def parse_line(line: str) -> GpuRecord:
@@ -209,7 +209,7 @@ def write_jsonl(records: Iterable[GpuRecord], out: IO[str]) -> int:
     return count
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     """Something that happened to a GPU at one time: an XID, a GPU lost or recovered.
 
@@ -219,7 +219,7 @@ class EventRecord:
 
     ts: float
     node: str
-    gpu: str
+    gpu: GpuId
     kind: str
     code: int | None = None
     detail: str = ""

@@ -75,14 +75,16 @@ def _fast(line: str) -> GpuRecord | None:
         if proc is None:
             return None
         processes.append(proc)
-    record = GpuRecord(float(ts), node, gpu, metrics, index, processes=processes)
+    optional = {}
     for name in _OPTIONAL:
         value = obj.get(name)
         if value is not None:
             if value.__class__ is not str:
                 return None
-            setattr(record, name, value)
-    return record
+            optional[name] = value
+    if optional:
+        return GpuRecord(float(ts), node, gpu, metrics, index, processes=processes, **optional)
+    return GpuRecord(float(ts), node, gpu, metrics, index, processes=processes)
 
 
 def read_trace(path: str | Path) -> Iterator[GpuRecord | BadLine]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from collector.alerting.router import Router
 from collector.alerting.rules import parse_rules
 from collector.alerting.silences import Silence
@@ -54,7 +56,7 @@ def test_for_duration_grouping_dedup_repeat_and_resolve(tmp_path) -> None:  # ty
     assert r.tick(500.0) == ([], [])  # nothing changed: no duplicate
     _, notes = r.tick(171.0 + 3600)
     assert len(notes) == 1 and notes[0].seq == 3  # repeat interval
-    a.end = 4000.0
+    a = replace(a, end=4000.0)
     r.on_change(Change("close", a), 4000.0)
     changed, notes = r.tick(4000.0 + 3)
     assert [(x.anomaly.gpu, x.status) for x in changed] == [("g0", "resolved")]
@@ -67,7 +69,7 @@ def test_an_anomaly_closed_while_pending_never_notifies(tmp_path) -> None:  # ty
     r = router(tmp_path)
     a = anomaly("g0", 100.0)
     r.on_change(Change("open", a), 100.0)
-    a.end = 130.0
+    a = replace(a, end=130.0)
     r.on_change(Change("close", a), 130.0)
     assert r.tick(200.0) == ([], []) and r.groups == {}
 
