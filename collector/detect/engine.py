@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from collector.detect import activity, errors, general, launch, memory, throttle
-from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKind
+from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKey, AnomalyKind
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
 from collector.detect.state import GpuState
@@ -71,6 +71,32 @@ class Change:
 
     action: Literal["open", "close", "update"]
     anomaly: Anomaly
+
+
+class AnomalyLog:
+    """The anomalies a stream of changes opened, in order of opening, each as it stands now.
+
+    Anomalies are frozen, so an update or a close is a new object; this keeps the list
+    current by each anomaly's key (fingerprint and start): what a replay prints, what the
+    benchmarks score. Open ones keep ``end`` None.
+    """
+
+    __slots__ = ("_at", "anomalies")
+
+    def __init__(self) -> None:
+        self.anomalies: list[Anomaly] = []
+        self._at: dict[AnomalyKey, int] = {}
+
+    def add(self, changes: Iterable[Change]) -> None:
+        for change in changes:
+            anomaly = change.anomaly
+            if change.action == "open":
+                self._at[anomaly.key] = len(self.anomalies)
+                self.anomalies.append(anomaly)
+            else:
+                at = self._at.get(anomaly.key)
+                if at is not None:
+                    self.anomalies[at] = anomaly
 
 
 class DetectionEngine:

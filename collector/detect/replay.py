@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from collector.detect.anomaly import Anomaly
-from collector.detect.engine import DetectionEngine
+from collector.detect.engine import AnomalyLog, DetectionEngine
 from collector.detect.finding import DetectorConfig
 from telemetry.records import BadLine, GpuRecord, ProcessRecord, RecordError, parse_line
 
@@ -120,7 +120,7 @@ def replay(items: Iterable[GpuRecord | BadLine], config: DetectorConfig | None =
     engine = DetectionEngine(config)
     result = ReplayResult()
     feed = engine.feed
-    out = result.anomalies
+    log = AnomalyLog()
     for item in items:
         if isinstance(item, BadLine):
             result.bad_lines += 1
@@ -128,7 +128,8 @@ def replay(items: Iterable[GpuRecord | BadLine], config: DetectorConfig | None =
                 on_bad(item)
             continue
         result.records += 1
-        for change in feed(item):
-            if change.action == "open":
-                out.append(change.anomaly)
+        changes = feed(item)
+        if changes:
+            log.add(changes)
+    result.anomalies = log.anomalies
     return result
