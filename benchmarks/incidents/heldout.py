@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from telemetry.records import EventRecord, GpuRecord, ProcessRecord
@@ -349,7 +349,7 @@ class HeldoutFleet:
              "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": c["dbe"], "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": c["replay"]}
         m.update(extra)
         if proc is not None:
-            proc.used_memory_mib = fb
+            proc = replace(proc, used_memory_mib=fb)
         return GpuRecord(t, s.node, s.uuid, m, s.index, model="NVIDIA H200", processes=[proc] if proc else [])
 
     def records(self) -> Iterator[GpuRecord | EventRecord]:

@@ -15,29 +15,38 @@ Semantics, close to Alertmanager's so that operators find no surprises:
   an unchanged group never notifies twice (dedup);
 * a resolved alert is notified once (if ``send_resolved``) and then forgotten;
 * silenced alerts are left out of notifications; the alert row records that it was silenced.
+
+Alerts are values, like anomalies: each state change is a new :class:`Alert`
+(``dataclasses.replace``) put in its group's place. An alert follows its anomaly by the
+anomaly's ``key`` (fingerprint and start), never by object identity, so the anomaly the
+engine reports on an update or a close (a new object) finds its alerts.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal, TypeAlias
 
 from collector.alerting.rules import Rule, RuleSet
 from collector.alerting.silences import Silence, silenced
-from collector.detect.anomaly import Anomaly
+from collector.detect.anomaly import Anomaly, AnomalyKey, Severity
 from collector.detect.engine import Change
 
 AlertStatus = Literal["pending", "firing", "resolved"]
+AlertKey: TypeAlias = tuple[str, str, float]
+"""One alert: its rule, its fingerprint and its anomaly's start (the alerts table's unique key)."""
 
 
 def alert_fingerprint(rule: str, anomaly_fingerprint: str) -> str:
     return hashlib.sha1(f"{rule}\x00{anomaly_fingerprint}".encode()).hexdigest()[:16]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Alert:
+    """One rule's alert for one anomaly, as it stands (``labels`` is never changed in place)."""
+
     rule: str
     fingerprint: str
     anomaly: Anomaly
@@ -48,12 +57,16 @@ class Alert:
     silenced_by: int | None = None
 
     @property
-    def severity(self) -> str:
+    def severity(self) -> Severity:
         return self.anomaly.severity
 
     @property
     def starts_at(self) -> float:
         return self.anomaly.start
+
+    @property
+    def key(self) -> AlertKey:
+        return (self.rule, self.fingerprint, self.anomaly.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +75,7 @@ class AlertView:
 
     fingerprint: str
     status: Literal["firing", "resolved"]
-    severity: str
+    severity: Severity
     labels: tuple[tuple[str, str], ...]
     summary: str
     causes: tuple[str, ...]
@@ -111,14 +124,29 @@ class Router:
     def __init__(self, rules: RuleSet) -> None:
         self.rules = rules
         self.groups: dict[str, _Group] = {}
-        self.by_anomaly: dict[int, list[Alert]] = {}  # id(anomaly) -> its alerts
-        self.changed: list[Alert] = []
+        self.by_anomaly: dict[AnomalyKey, list[tuple[str, str]]] = {}  # anomaly -> (group key, alert fingerprint)
+        self.changed: dict[AlertKey, Alert] = {}  # alerts changed since the last tick, as they are now
+
+    def _put(self, group: _Group, alert: Alert) -> None:
+        """``alert`` replaces its earlier state in its group (and among the changed, if there)."""
+        group.alerts[alert.fingerprint] = alert
+        if alert.key in self.changed:
+            self.changed[alert.key] = alert
+
+    def _alerts_of(self, anomaly: Anomaly, places: list[tuple[str, str]]) -> list[tuple[_Group, Alert]]:
+        out = []
+        for key, fp in places:
+            group = self.groups.get(key)
+            alert = group.alerts.get(fp) if group is not None else None
+            if group is not None and alert is not None and alert.anomaly.key == anomaly.key:
+                out.append((group, alert))
+        return out
 
     def on_change(self, change: Change, now: float) -> None:
         anomaly = change.anomaly
         if change.action == "open":
             labels = anomaly.labels()
-            alerts = []
+            places = []
             for rule in self.rules.rules:
                 if not rule.matches(labels):
                     continue
@@ -130,22 +158,23 @@ class Router:
                 alert = Alert(rule.name, alert_fingerprint(rule.name, anomaly.fingerprint), anomaly,
                               {**labels, "alertname": rule.name})
                 group.alerts[alert.fingerprint] = alert
-                alerts.append(alert)
-            if alerts:
-                self.by_anomaly[id(anomaly)] = alerts
+                places.append((key, alert.fingerprint))
+            if places:
+                self.by_anomaly[anomaly.key] = places
         elif change.action == "close":
-            for alert in self.by_anomaly.pop(id(anomaly), []):
+            for group, alert in self._alerts_of(anomaly, self.by_anomaly.pop(anomaly.key, [])):
                 if alert.status == "firing":
-                    alert.status, alert.ends_at = "resolved", anomaly.end
-                    self.changed.append(alert)
-                else:
-                    alert.status = "resolved"  # never fired: dropped without a word
-                    alert.ends_at = None
+                    alert = replace(alert, anomaly=anomaly, status="resolved", ends_at=anomaly.end)
+                    self._put(group, alert)
+                    self.changed[alert.key] = alert
+                else:  # never fired: dropped without a word
+                    self._put(group, replace(alert, anomaly=anomaly, status="resolved", ends_at=None))
         elif change.action == "update":
-            for alert in self.by_anomaly.get(id(anomaly), []):
-                alert.labels["severity"] = anomaly.severity
+            for group, alert in self._alerts_of(anomaly, self.by_anomaly.get(anomaly.key, [])):
+                alert = replace(alert, anomaly=anomaly, labels={**alert.labels, "severity": anomaly.severity})
+                self._put(group, alert)
                 if alert.status == "firing":
-                    self.changed.append(alert)
+                    self.changed[alert.key] = alert
 
     def tick(self, now: float, silences: Sequence[Silence] = (),
              wall: float | None = None) -> tuple[list[Alert], list[Notification]]:
@@ -158,15 +187,18 @@ class Router:
         notes: list[Notification] = []
         for key, group in list(self.groups.items()):
             rule = group.rule
-            for alert in group.alerts.values():
+            for alert in list(group.alerts.values()):
                 if alert.status == "pending" and now - alert.starts_at >= rule.for_s:
-                    alert.status, alert.fired_at = "firing", now
-                    self.changed.append(alert)
-                was = alert.silenced_by
+                    alert = replace(alert, status="firing", fired_at=now)
+                    self._put(group, alert)
+                    self.changed[alert.key] = alert
                 s = silenced(silences, alert.labels, at) if silences else None
-                alert.silenced_by = s.id if s is not None else None
-                if was != alert.silenced_by and alert.status == "firing":
-                    self.changed.append(alert)
+                silenced_by = s.id if s is not None else None
+                if silenced_by != alert.silenced_by:
+                    alert = replace(alert, silenced_by=silenced_by)
+                    self._put(group, alert)
+                    if alert.status == "firing":
+                        self.changed[alert.key] = alert
             for fp in [fp for fp, a in group.alerts.items() if a.status == "resolved" and a.ends_at is None]:
                 del group.alerts[fp]  # closed while pending
             visible = [a for a in group.alerts.values() if a.status != "pending" and a.silenced_by is None
@@ -195,8 +227,8 @@ class Router:
                 group.sent_view = frozenset(x for x in group.sent_view if x[0] in group.alerts)
             if not group.alerts:
                 del self.groups[key]
-        changed, self.changed = self.changed, []
-        return list({id(a): a for a in changed}.values()), notes
+        changed, self.changed = self.changed, {}
+        return list(changed.values()), notes
 
     def _notify(self, group: _Group, visible: list[Alert], now: float) -> list[Notification]:
         group.seq += 1

@@ -78,8 +78,10 @@ class DetectionService:
                 self.router.on_change(change, self._now)
             alerts, notes = self.router.tick(self._now, self._silences, wall)
             rows = outbox.rows_for(notes, self.rules.channels)
-            anomalies = list({id(c.anomaly): c.anomaly for c in changes}.values())
-            anomalies += [a.anomaly for a in alerts if id(a.anomaly) not in {id(x) for x in anomalies}]
+            latest = {c.anomaly.key: c.anomaly for c in changes}  # an anomaly's last change is its state
+            for alert in alerts:
+                latest.setdefault(alert.anomaly.key, alert.anomaly)
+            anomalies = list(latest.values())
             if not anomalies and not alerts and not rows:
                 return 0
             async with self.pool.acquire() as conn, conn.transaction():

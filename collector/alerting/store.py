@@ -13,16 +13,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from collector.alerting.router import Alert
-from collector.detect.anomaly import Anomaly
+from collector.detect.anomaly import Anomaly, AnomalyKey
 
 
 def ts(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-async def upsert_anomalies(conn: Any, anomalies: Sequence[Anomaly]) -> dict[int, int]:
-    """Insert or update; returns ``id(anomaly) -> row id``."""
-    ids: dict[int, int] = {}
+async def upsert_anomalies(conn: Any, anomalies: Sequence[Anomaly]) -> dict[AnomalyKey, int]:
+    """Insert or update; returns ``anomaly.key -> row id``."""
+    ids: dict[AnomalyKey, int] = {}
     for a in anomalies:
         row_id = await conn.fetchval(
             "INSERT INTO anomalies (fingerprint, kind, severity, gpu, node, namespace, pod, service, metric, "
@@ -32,11 +32,11 @@ async def upsert_anomalies(conn: Any, anomalies: Sequence[Anomaly]) -> dict[int,
             a.fingerprint, a.kind, a.severity, a.gpu, a.node, a.namespace, a.pod, a.service, a.metric,
             ts(a.start), ts(a.end), a.summary, json.dumps(a.causes),
         )
-        ids[id(a)] = int(row_id)
+        ids[a.key] = int(row_id)
     return ids
 
 
-async def upsert_alerts(conn: Any, alerts: Sequence[Alert], anomaly_ids: dict[int, int]) -> None:
+async def upsert_alerts(conn: Any, alerts: Sequence[Alert], anomaly_ids: dict[AnomalyKey, int]) -> None:
     for a in alerts:
         if a.status == "pending":
             continue
@@ -50,5 +50,5 @@ async def upsert_alerts(conn: Any, alerts: Sequence[Alert], anomaly_ids: dict[in
             "anomaly_id = COALESCE(EXCLUDED.anomaly_id, alerts.anomaly_id), updated_at = now()",
             a.rule, a.fingerprint, a.status, a.severity, a.anomaly.namespace, a.anomaly.service, a.anomaly.gpu,
             a.anomaly.node, a.anomaly.summary, json.dumps(a.labels), ts(a.starts_at), ts(a.ends_at),
-            anomaly_ids.get(id(a.anomaly)), a.silenced_by is not None,
+            anomaly_ids.get(a.anomaly.key), a.silenced_by is not None,
         )

@@ -6,8 +6,9 @@ state, with time taken from the records. :class:`DetectionEngine` is the entry p
 each detector module holds one family (throttling, SM activity, memory, hardware errors).
 """
 
-from collector.detect.anomaly import Anomaly, Severity, fingerprint
-from collector.detect.engine import Change, DetectionEngine
+from collector.detect.anomaly import Anomaly, AnomalyKey, AnomalyKind, Severity, fingerprint
+from collector.detect.engine import AnomalyLog, Change, DetectionEngine
 from collector.detect.finding import DetectorConfig
 
-__all__ = ["Anomaly", "Change", "DetectionEngine", "DetectorConfig", "Severity", "fingerprint"]
+__all__ = ["Anomaly", "AnomalyKey", "AnomalyKind", "AnomalyLog", "Change", "DetectionEngine", "DetectorConfig",
+           "Severity", "fingerprint"]

@@ -25,11 +25,11 @@ pipeline reports those (consumer stall and lag metrics), not the GPU.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from collector.detect import activity, errors, general, launch, memory, throttle
-from collector.detect.anomaly import SEVERITIES, Anomaly
+from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKey, AnomalyKind
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
 from collector.detect.state import GpuState
@@ -53,24 +53,50 @@ from telemetry.keys import (
     SM_CLOCK,
     XID_ERRORS,
 )
-from telemetry.records import EventRecord, GpuRecord
+from telemetry.records import EventRecord, GpuId, GpuRecord
 from telemetry.xid import GPU_LOST
 
-PERF_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop", "idle_allocated",
-                        "launch_bound"})
-FREEZE_KINDS = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
+PERF_KINDS: frozenset[AnomalyKind] = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop",
+                                                "idle_allocated", "launch_bound"})
+FREEZE_KINDS: frozenset[AnomalyKind] = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
 _SW_POWER_CAP = int(ClockEventReason.SW_POWER_CAP)  # a plain int: tested on every record
-EVENT_KINDS = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
+EVENT_KINDS: frozenset[AnomalyKind] = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
 _PEER_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """An anomaly that opened or closed at this record."""
+    """An anomaly that opened, changed or closed at this record: the anomaly as it is now."""
 
     action: Literal["open", "close", "update"]
     anomaly: Anomaly
+
+
+class AnomalyLog:
+    """The anomalies a stream of changes opened, in order of opening, each as it stands now.
+
+    Anomalies are frozen, so an update or a close is a new object; this keeps the list
+    current by each anomaly's key (fingerprint and start): what a replay prints, what the
+    benchmarks score. Open ones keep ``end`` None.
+    """
+
+    __slots__ = ("_at", "anomalies")
+
+    def __init__(self) -> None:
+        self.anomalies: list[Anomaly] = []
+        self._at: dict[AnomalyKey, int] = {}
+
+    def add(self, changes: Iterable[Change]) -> None:
+        for change in changes:
+            anomaly = change.anomaly
+            if change.action == "open":
+                self._at[anomaly.key] = len(self.anomalies)
+                self.anomalies.append(anomaly)
+            else:
+                at = self._at.get(anomaly.key)
+                if at is not None:
+                    self.anomalies[at] = anomaly
 
 
 class DetectionEngine:
@@ -78,7 +104,7 @@ class DetectionEngine:
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.cfg = config or DetectorConfig()
-        self.gpus: dict[str, GpuState] = {}
+        self.gpus: dict[GpuId, GpuState] = {}
         self.pods: dict[str, dict[str, GpuState]] = {}
         self.services: dict[str, dict[str, GpuState]] = {}
         self.service_changed: dict[str, float] = {}  # when a replica last joined, left or restarted
@@ -259,8 +285,7 @@ class DetectionEngine:
         st.pending.pop("gpu_lost", None)
         if opened is None:
             return []
-        opened[0].end = ts
-        return [Change("close", opened[0])]
+        return [Change("close", replace(opened[0], end=ts))]
 
     # ---- hysteresis ----
     def _apply(self, st: GpuState, ts: float, found: list[Finding], complete: bool) -> list[Change]:
@@ -269,7 +294,7 @@ class DetectionEngine:
         changes: list[Change] = []
         if "gpu_lost" in st.open and not any(f.kind == "gpu_lost" for f in found):
             found = []  # a lost GPU's other readings mean nothing until it is back
-        true_kinds = set()
+        true_kinds: set[AnomalyKind] = set()
         for f in found:
             kind = f.kind
             true_kinds.add(kind)
@@ -279,15 +304,16 @@ class DetectionEngine:
                 anomaly = opened[0]
                 st.open[kind] = (anomaly, ts)
                 if SEVERITIES.index(f.severity) > SEVERITIES.index(anomaly.severity):
-                    anomaly.severity = f.severity
-                    anomaly.summary = f.summary
+                    anomaly = replace(anomaly, severity=f.severity, summary=f.summary)
+                    st.open[kind] = (anomaly, ts)
                     changes.append(Change("update", anomaly))
             elif ts - since >= f.hold:
-                anomaly = Anomaly(f.kind, f.severity, st.node, st.gpu, f.metric, ts, f.summary, f.causes,
-                                  gpu_index=st.gpu_index, namespace=st.namespace, pod=st.pod, service=st.service)
+                causes = tuple(f.causes)
                 others = [k for k in st.open if k != kind]
                 if others:
-                    anomaly.causes.append("also open on this GPU: " + ", ".join(sorted(others)))
+                    causes += ("also open on this GPU: " + ", ".join(sorted(others)),)
+                anomaly = Anomaly(f.kind, f.severity, st.node, st.gpu, f.metric, ts, f.summary, causes,
+                                  gpu_index=st.gpu_index, namespace=st.namespace, pod=st.pod, service=st.service)
                 st.open[kind] = (anomaly, ts)
                 changes.append(Change("open", anomaly))
         if complete:
@@ -301,8 +327,7 @@ class DetectionEngine:
             if kind == "gpu_lost" and not complete:
                 continue  # closes only when the GPU reports again
             if ts - last_true >= wait:
-                anomaly.end = ts
                 del st.open[kind]
                 st.pending.pop(kind, None)
-                changes.append(Change("close", anomaly))
+                changes.append(Change("close", replace(anomaly, end=ts)))
         return changes

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from collector.detect.anomaly import Severity
+from collector.detect.anomaly import AnomalyKind, Severity
 from telemetry.keys import DRAM_ACTIVE, MEMORY_TEMP, POWER_USAGE
 
 
 @dataclass(slots=True)
 class Finding:
-    kind: str
+    kind: AnomalyKind
     severity: Severity
     metric: str | None
     summary: str

@@ -29,6 +29,9 @@ the alert rules file; :data:`~collector.detect.finding.DEFAULT_METRICS` without 
 
 from __future__ import annotations
 
+from typing import Final
+
+from collector.detect.anomaly import AnomalyKind
 from collector.detect.finding import Finding, MetricSpec
 from collector.detect.level import PLATEAU
 from collector.detect.state import GpuState
@@ -37,7 +40,7 @@ from telemetry.catalog import BY_KEY
 from telemetry.keys import short_name
 
 QUIET_AFTER_S = 600.0
-KIND = "metric_anomaly"
+KIND: Final[AnomalyKind] = "metric_anomaly"
 EVERY = 5.0  # seconds between samples folded into a minute's mean (plenty for a mean, and cheap)
 
 

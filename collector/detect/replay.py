@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from collector.detect.anomaly import Anomaly
-from collector.detect.engine import DetectionEngine
+from collector.detect.engine import AnomalyLog, DetectionEngine
 from collector.detect.finding import DetectorConfig
 from telemetry.records import BadLine, GpuRecord, ProcessRecord, RecordError, parse_line
 
@@ -75,14 +75,16 @@ def _fast(line: str) -> GpuRecord | None:
         if proc is None:
             return None
         processes.append(proc)
-    record = GpuRecord(float(ts), node, gpu, metrics, index, processes=processes)
+    optional = {}
     for name in _OPTIONAL:
         value = obj.get(name)
         if value is not None:
             if value.__class__ is not str:
                 return None
-            setattr(record, name, value)
-    return record
+            optional[name] = value
+    if optional:
+        return GpuRecord(float(ts), node, gpu, metrics, index, processes=processes, **optional)
+    return GpuRecord(float(ts), node, gpu, metrics, index, processes=processes)
 
 
 def read_trace(path: str | Path) -> Iterator[GpuRecord | BadLine]:
@@ -118,7 +120,7 @@ def replay(items: Iterable[GpuRecord | BadLine], config: DetectorConfig | None =
     engine = DetectionEngine(config)
     result = ReplayResult()
     feed = engine.feed
-    out = result.anomalies
+    log = AnomalyLog()
     for item in items:
         if isinstance(item, BadLine):
             result.bad_lines += 1
@@ -126,7 +128,8 @@ def replay(items: Iterable[GpuRecord | BadLine], config: DetectorConfig | None =
                 on_bad(item)
             continue
         result.records += 1
-        for change in feed(item):
-            if change.action == "open":
-                out.append(change.anomaly)
+        changes = feed(item)
+        if changes:
+            log.add(changes)
+    result.anomalies = log.anomalies
     return result

@@ -11,10 +11,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from collector.detect.anomaly import Anomaly
+from collector.detect.anomaly import Anomaly, AnomalyKind
 from collector.detect.baseline import RobustBaseline
 from collector.detect.finding import Finding
 from collector.detect.level import ActivityLevel
+from telemetry.records import GpuId
 
 if TYPE_CHECKING:
     from collector.detect.general import Watch
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 @dataclass(slots=True)
 class GpuState:
     node: str
-    gpu: str
+    gpu: GpuId
     gpu_index: int | None = None
     last_ts: float = 0.0
     # identity of the workload on this GPU (first process with a pod, else first process)
@@ -71,8 +72,8 @@ class GpuState:
     watch_ts: float = -1e18
     other_ts: float = -1e18
     # hysteresis: since when each kind's condition holds; open anomalies and when last true
-    pending: dict[str, float] = field(default_factory=dict)
-    open: dict[str, tuple[Anomaly, float]] = field(default_factory=dict)
+    pending: dict[AnomalyKind, float] = field(default_factory=dict)
+    open: dict[AnomalyKind, tuple[Anomaly, float]] = field(default_factory=dict)
 
     def set_identity(self, namespace: str | None, pod: str | None, service: str | None) -> None:
         self.namespace, self.pod, self.service = namespace, pod, service

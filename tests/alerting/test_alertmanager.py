@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from collector.alerting.delivery import RetryPolicy, UrllibTransport, send
 from collector.alerting.payloads import bodies
@@ -56,7 +57,7 @@ rules:
     assert crit[0]["alerts"][0]["labels"]["gpu"] == "GPU-aaa"
     assert warn[0]["alerts"][0]["labels"]["gpu"] == "GPU-bbb"
 
-    hot.end = time.time()
+    hot = replace(hot, end=time.time())
     router.on_change(Change("close", hot), hot.end)
     _, notes = router.tick(hot.end + 1)
     resolved = [n for n in notes if n.status == "resolved"]

@@ -3,6 +3,7 @@ the policy (429/5xx again with backoff, other 4xx never); a secret URL is never 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def notifications(rs: RuleSet, count: int = 3) -> tuple[list[Notification], list
     for a in anomalies:
         router.on_change(Change("open", a), a.start)
     _, firing = router.tick(1_764_489_700.0)
-    anomalies[0].end = 1_764_489_800.0
+    anomalies[0] = replace(anomalies[0], end=1_764_489_800.0)
     router.on_change(Change("close", anomalies[0]), 1_764_489_800.0)
     _, resolved = router.tick(1_764_489_900.0)
     return firing, resolved, anomalies

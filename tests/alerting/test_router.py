@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, replace
+
+import pytest
+
 from collector.alerting.router import Router
 from collector.alerting.rules import parse_rules
 from collector.alerting.silences import Silence
@@ -54,7 +58,7 @@ def test_for_duration_grouping_dedup_repeat_and_resolve(tmp_path) -> None:  # ty
     assert r.tick(500.0) == ([], [])  # nothing changed: no duplicate
     _, notes = r.tick(171.0 + 3600)
     assert len(notes) == 1 and notes[0].seq == 3  # repeat interval
-    a.end = 4000.0
+    a = replace(a, end=4000.0)
     r.on_change(Change("close", a), 4000.0)
     changed, notes = r.tick(4000.0 + 3)
     assert [(x.anomaly.gpu, x.status) for x in changed] == [("g0", "resolved")]
@@ -67,7 +71,7 @@ def test_an_anomaly_closed_while_pending_never_notifies(tmp_path) -> None:  # ty
     r = router(tmp_path)
     a = anomaly("g0", 100.0)
     r.on_change(Change("open", a), 100.0)
-    a.end = 130.0
+    a = replace(a, end=130.0)
     r.on_change(Change("close", a), 130.0)
     assert r.tick(200.0) == ([], []) and r.groups == {}
 
@@ -95,3 +99,39 @@ def test_silenced_alerts_are_not_notified(tmp_path) -> None:  # type: ignore[no-
     _, notes = r.tick(1000.0 + 20, [silence])  # the silence ended: g1 is news
     assert sorted(dict(v.labels)["gpu"] for v in notes[0].alerts) == ["g0", "g1"]
     assert not Silence(1, (), 0.0, 10.0).matches({"gpu": "g0"})  # an empty silence mutes nothing
+
+
+def test_an_anomaly_is_followed_by_its_key_not_by_its_object(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The engine reports an update or a close as a new Anomaly (they are frozen); the router
+    finds the alerts by fingerprint and start, and they carry the anomaly as it is now."""
+    r = router(tmp_path)
+    a = anomaly("g0", 0.0)
+    r.on_change(Change("open", a), 0.0)
+    changed, notes = r.tick(60.0)
+    assert [n.channel for n in notes] == ["am"]  # a warning: not paged
+    hotter = replace(a, severity="critical", summary="g0 very hot")
+    r.on_change(Change("update", hotter), 70.0)
+    changed, _ = r.tick(70.0)
+    assert [(x.anomaly.summary, x.labels["severity"], x.severity) for x in changed] == [
+        ("g0 very hot", "critical", "critical")]
+    assert a.severity == "warning" and a.summary == "g0 hot"  # what was reported before stays as it was
+    r.on_change(Change("close", replace(hotter, end=90.0)), 90.0)
+    changed, notes = r.tick(100.0)
+    assert [(x.status, x.ends_at, x.anomaly.end) for x in changed] == [("resolved", 90.0, 90.0)]
+    assert {n.alerts[0].status for n in notes} == {"resolved"} and r.groups == {}
+    stranger = replace(a, start=5.0, end=6.0)  # same series, another start: not this alert's anomaly
+    r.on_change(Change("open", a), 200.0)
+    r.on_change(Change("close", stranger), 210.0)
+    changed, _ = r.tick(260.0)
+    assert [(x.status, x.anomaly.start) for x in changed] == [("firing", 0.0)]
+
+
+def test_alerts_and_anomalies_are_frozen(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = router(tmp_path)
+    a = anomaly("g0", 0.0)
+    r.on_change(Change("open", a), 0.0)
+    changed, _ = r.tick(60.0)
+    with pytest.raises(FrozenInstanceError):
+        a.end = 1.0  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        changed[0].status = "resolved"  # type: ignore[misc]

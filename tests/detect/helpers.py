@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from collector.detect import Anomaly, DetectionEngine, DetectorConfig
+from collector.detect import Anomaly, AnomalyLog, DetectionEngine, DetectorConfig
 from telemetry.records import GpuRecord, ProcessRecord
 
 T0 = 1_764_489_600.0
@@ -42,10 +42,10 @@ def trace(seconds: int, gpus: int, make: Callable[[float, int], GpuRecord | None
 def run(records: Iterable[GpuRecord], config: DetectorConfig | None = None) -> list[Anomaly]:
     """The anomalies a fresh engine opens over ``records``, in order."""
     engine = DetectionEngine(config)
-    out: list[Anomaly] = []
+    log = AnomalyLog()
     for rec in records:
-        out.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
-    return out
+        log.add(engine.feed(rec))
+    return log.anomalies
 
 
 def kinds(anomalies: list[Anomaly]) -> list[tuple[str, str]]:

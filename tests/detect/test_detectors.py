@@ -3,7 +3,11 @@ stays quiet through the normal behaviour that looks like the fault."""
 
 from __future__ import annotations
 
-from collector.detect import DetectionEngine, DetectorConfig
+from dataclasses import FrozenInstanceError
+
+import pytest
+
+from collector.detect import AnomalyLog, DetectionEngine, DetectorConfig
 from telemetry.records import EventRecord
 from telemetry.xid import XIDS, describe
 from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
@@ -146,8 +150,29 @@ def test_live_batches_and_replay_agree() -> None:
     records = list(trace(400, 4, make))
     whole = run(records)
     engine = DetectionEngine()
-    batched = []
+    log = AnomalyLog()
     for i in range(0, len(records), 37):  # as the collector sees them: in batches
         for rec in records[i:i + 37]:
-            batched.extend(ch.anomaly for ch in engine.feed(rec) if ch.action == "open")
+            log.add(engine.feed(rec))
+    batched = log.anomalies
     assert [a.to_dict() for a in whole] == [a.to_dict() for a in batched]
+
+
+def test_a_change_reports_a_new_anomaly_and_leaves_the_reported_one_alone() -> None:
+    """Anomalies and records are frozen: a close is a new Anomaly with the same key (fingerprint and
+    start), and the one reported at its opening still says it is open."""
+    engine = DetectionEngine()
+    rec = record(0, 0)
+    with pytest.raises(FrozenInstanceError):
+        rec.ts = 1.0  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        rec.processes[0].pid = 1  # type: ignore[misc]
+    engine.feed(rec)
+    [opened] = engine.feed_event(EventRecord(T0 + 1, "n0", "GPU-n0-0", "gpu_lost", None, "NVML: GPU is lost"))
+    [closed] = engine.feed_event(EventRecord(T0 + 9, "n0", "GPU-n0-0", "gpu_recovered"))
+    assert (opened.action, closed.action) == ("open", "close")
+    assert closed.anomaly.key == opened.anomaly.key == (opened.anomaly.fingerprint, T0 + 1)
+    assert (opened.anomaly.end, closed.anomaly.end) == (None, T0 + 9)
+    assert closed.anomaly.causes == opened.anomaly.causes
+    with pytest.raises(FrozenInstanceError):
+        closed.anomaly.end = None  # type: ignore[misc]

@@ -13,7 +13,7 @@ import math
 import random
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from telemetry.records import GpuRecord, ProcessRecord
 
@@ -130,10 +130,12 @@ class _GpuSim:
         sm_clock = 345 if phase == "idle" else (1785 - 15 * rng.randrange(4) if capped else 1980)
         gr = max(0.0, min(1.0, gpu_util / 100 * 0.98 + rng.gauss(0, 0.01))) if gpu_util else 0.0
         for p in self.procs:
-            p.record.sm_util = max(0, min(100, round(gpu_util * p.share + rng.gauss(0, 2)))) if gpu_util else 0
-            p.record.mem_util = max(0, min(100, round(mem_util * p.share + rng.gauss(0, 2)))) if mem_util else 0
+            p_sm = max(0, min(100, round(gpu_util * p.share + rng.gauss(0, 2)))) if gpu_util else 0
+            p_mem = max(0, min(100, round(mem_util * p.share + rng.gauss(0, 2)))) if mem_util else 0
+            used = p.record.used_memory_mib
             if rng.random() < 0.01:
-                p.record.used_memory_mib = (p.record.used_memory_mib or 0) + rng.choice((-256, 256, 512))
+                used = (used or 0) + rng.choice((-256, 256, 512))
+            p.record = replace(p.record, sm_util=p_sm, mem_util=p_mem, used_memory_mib=used)
 
         def ratio(x: float) -> float:
             return round(max(0.0, min(1.0, x)), 4)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from collector.detect import Anomaly, DetectionEngine
+from collector.detect import Anomaly, AnomalyLog, DetectionEngine
 from telemetry.records import EventRecord, GpuRecord
 from tests.support.incidents.generate import KINDS, Fleet, Incident
 
@@ -63,7 +63,7 @@ def evaluate(seeds: list[int], nodes: int, hours: float, write_trace: str | None
     for seed in seeds:
         fleet = make_fleet(nodes=nodes, hours=hours, seed=seed)
         engine = DetectionEngine()
-        anomalies: list[Anomaly] = []
+        log = AnomalyLog()
         out = open(write_trace, "w", encoding="utf-8") if write_trace else None  # noqa: SIM115
         for rec in fleet.records():
             t0 = time.perf_counter()
@@ -74,10 +74,9 @@ def evaluate(seeds: list[int], nodes: int, hours: float, write_trace: str | None
                     out.write(rec.to_json() + "\n")
                 records += 1
                 changes = engine.feed(rec)
-            for ch in changes:
-                if ch.action == "open":
-                    anomalies.append(ch.anomaly)
+            log.add(changes)
             detect_s += time.perf_counter() - t0
+        anomalies: list[Anomaly] = log.anomalies
         if out is not None:
             out.close()
             write_trace = None  # only the first seed's trace
