@@ -325,4 +325,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # a bad setting or flag stops here, before anything starts
     api_settings = _api_settings(args)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from collector import clientlogs
+
+    clientlogs.install()  # asyncpg's pool logs a traceback per reconnect while its server is gone
     return asyncio.run(serve(args, settings, api_settings))

@@ -10,6 +10,7 @@ reaching the API.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -220,6 +221,20 @@ def test_a_signal_during_start_up_stops_what_was_started(data_dir: Path) -> None
     assert code == 128 + signal.SIGTERM, err  # the first await after PostgreSQL's start sees the signal
     assert err.strip() == "gpuwatch up: interrupted while starting; everything it had started is stopped"
     assert_nothing_left(data_dir)
+
+
+def test_its_postgresql_killed_under_it_is_one_line_not_a_traceback(data_dir: Path) -> None:
+    """The embedded server killed with ``kill -9`` while ``up`` runs: asyncpg's pool logged a
+    traceback for each reconnect it tried; the client-log filter makes that one line."""
+    proc, _ = start_up(data_dir)
+    pid = postmaster_pid(data_dir)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)  # the pool tries to reconnect about once a second meanwhile
+    _, err = stop(proc)
+    assert "Traceback" not in err, err[-3000:]
+    assert "PostgreSQL" in err
 
 
 def test_token_without_a_running_up_says_how_to_start_one(tmp_path: Path) -> None:
