@@ -31,6 +31,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from collector.api import auth, fleet
 from collector.api.context import ApiContext
 from collector.api.principal import Principal
+from collector.store import anomalies as store_anomalies
+from collector.store import ping as store_ping
 from collector.store.errors import TRANSIENT, UndefinedTable
 from telemetry.keys import SM_ACTIVE
 
@@ -111,9 +113,7 @@ async def _collector_families(ctx: ApiContext, rate: RateWindow) -> list[Any]:
     up = GaugeMetricFamily("gpuwatch_collector_db_up", "1 when the database answered this scrape")
     ping = GaugeMetricFamily("gpuwatch_collector_db_latency_seconds", "round trip of SELECT 1 at this scrape")
     try:
-        t0 = time.perf_counter()
-        await ctx.pool.fetchval("SELECT 1")
-        ping.add_metric([], time.perf_counter() - t0)
+        ping.add_metric([], await store_ping.round_trip(ctx.pool))
         up.add_metric([], 1.0)
         db_ok = True
     except TRANSIENT:
@@ -128,17 +128,12 @@ async def _collector_families(ctx: ApiContext, rate: RateWindow) -> list[Any]:
 
 async def _store_families(ctx: ApiContext, who: Principal) -> list[Any]:
     anomalies = GaugeMetricFamily("gpuwatch_collector_open_anomalies", "anomalies still open", labels=["severity"])
-    sql = "SELECT severity, count(*) AS n FROM anomalies WHERE end_ts IS NULL"
-    args: list[Any] = []
-    if who.scoped:
-        sql += " AND namespace = ANY($1::text[])"
-        args.append(who.scope_param())
     try:
-        rows = await ctx.pool.fetch(sql + " GROUP BY 1 ORDER BY 1", *args)
+        counts = await store_anomalies.open_by_severity(ctx.pool, who.scope_param())
     except UndefinedTable:
-        rows = []
-    for r in rows:
-        anomalies.add_metric([r["severity"]], float(r["n"]))
+        counts = []
+    for c in counts:
+        anomalies.add_metric([c.severity], float(c.n))
     if not ctx.settings.metrics_per_service:
         return [anomalies]
     gpus = GaugeMetricFamily("gpuwatch_service_gpus", "GPUs a service holds now", labels=["namespace", "service"])
