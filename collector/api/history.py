@@ -1,5 +1,5 @@
 """Per-service GPU history and cost, read from the service usage tables
-(:mod:`collector.store.usage`).
+(:mod:`collector.store.usage`) through :mod:`collector.store.service_history`.
 
 Per step (and per pod, and in total over the whole range), each figure saying what it
 averages over:
@@ -33,53 +33,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from collector.api.principal import Principal
-from collector.store.schema import ORIGIN_SQL
+from collector.store import service_history as store_history
+from collector.store.service_history import UsageSums
 
-_SUMS: Final = (
-    " sum(gpu_seconds) AS gpu_seconds, sum(running_seconds) AS running_seconds,\n"
-    " sum(sm_active_weighted) / NULLIF(sum(sm_active_weight), 0) AS sm_active,\n"
-    " sum(tensor_active_weighted) / NULLIF(sum(tensor_active_weight), 0) AS tensor_active,\n"
-    " sum(memory_mib_seconds) AS memory_mib_seconds, sum(energy_j) AS energy_j\n"
-)
-
-
-def _filters(scoped: bool, by_namespace: bool, first: int) -> str:
-    """Namespace filters after ``first - 1`` other parameters."""
-    out = ""
-    if by_namespace:
-        out += f" AND namespace = ${first}"
-        first += 1
-    if scoped:
-        out += f" AND namespace = ANY(${first}::text[])"
-    return out
-
-
-def _steps_sql(scoped: bool, by_namespace: bool) -> str:
-    """Steps and the grand total, from service minutes ($1 service, $2 start, $3 end, $4 step)."""
-    return (
-        f"SELECT date_bin($4::interval, bucket, {ORIGIN_SQL}) AS t,\n{_SUMS}"
-        f"FROM service_usage_1m WHERE service = $1 AND bucket >= $2 AND bucket < $3"
-        f"{_filters(scoped, by_namespace, 5)}\n"
-        "GROUP BY GROUPING SETS ((1), ()) ORDER BY 1 NULLS FIRST"
-    )
-
-
-def _pods_sql(scoped: bool, by_namespace: bool) -> str:
-    """Per-pod totals: whole hours [$4, $5) from pod hours, the edges [$2, $4) and [$5, $3) from
-    pod minutes ($1 service)."""
-    f = _filters(scoped, by_namespace, 6)
-    return (
-        f"SELECT namespace, pod,\n{_SUMS}FROM (\n"
-        "  SELECT * FROM service_pod_usage_1h WHERE service = $1 AND bucket >= $4 AND bucket < $5" + f + "\n"
-        "  UNION ALL\n"
-        "  SELECT * FROM service_pod_usage_1m WHERE service = $1"
-        " AND ((bucket >= $2 AND bucket < $4) OR (bucket >= $5 AND bucket < $3))" + f + "\n"
-        ") u GROUP BY namespace, pod ORDER BY namespace, pod"
-    )
-
-
-_STEPS: Final = {(s, n): _steps_sql(s, n) for s in (False, True) for n in (False, True)}
-_PODS: Final = {(s, n): _pods_sql(s, n) for s in (False, True) for n in (False, True)}
 ORIGIN: Final = datetime(2000, 1, 1, tzinfo=UTC)
 HOUR: Final = timedelta(hours=1)
 JOULES_PER_KWH: Final = 3_600_000.0
@@ -121,22 +77,9 @@ class History:
     total: Usage = field(default_factory=lambda: Usage(0.0, 0.0, 0.0, None, None, None, None, 0.0, 0.0))
 
 
-_EXISTS: Final = {
-    (scoped, by_ns): (
-        "SELECT EXISTS (SELECT 1 FROM service_pod_usage_1h WHERE service = $1" + _filters(scoped, by_ns, 2) + ")"
-        " OR EXISTS (SELECT 1 FROM service_pod_usage_1m WHERE service = $1" + _filters(scoped, by_ns, 2) + ")"
-        " OR EXISTS (SELECT 1 FROM process_samples_1m WHERE service = $1" + _filters(scoped, by_ns, 2) + ")"
-    )
-    for scoped in (False, True) for by_ns in (False, True)
-}
-
-
 async def service_known(db: Any, who: Principal, service: str, namespace: str | None) -> bool:
     """Whether ``service`` (of ``namespace``) has ever held a GPU in data ``who`` may see."""
-    extra: list[Any] = [namespace] if namespace is not None else []
-    if who.scoped:
-        extra.append(who.scope_param())
-    return bool(await db.fetchval(_EXISTS[(who.scoped, namespace is not None)], service, *extra))
+    return await store_history.service_known(db, service, namespace, who.scope_param())
 
 
 async def service_history(
@@ -148,44 +91,39 @@ async def service_history(
     h1 = max(h0, ORIGIN + (end - ORIGIN) // HOUR * HOUR)  # last whole hour boundary at or before end
     if h1 <= h0:
         h0 = h1 = end  # no whole hour inside: all from minutes
-    extra: list[Any] = []
-    if namespace is not None:
-        extra.append(namespace)
-    if who.scoped:
-        extra.append(who.scope_param())
-    key = (who.scoped, namespace is not None)
-    step_rows = await db.fetch(_STEPS[key], service, s0, end, step, *extra)
-    pod_rows = await db.fetch(_PODS[key], service, s0, end, h0, h1, *extra)
+    scope = who.scope_param()
+    step_rows = await store_history.step_sums(db, service, s0, end, step, namespace=namespace, scope=scope)
+    pod_rows = await store_history.pod_sums(db, service, s0, end, h0, h1, namespace=namespace, scope=scope)
     step_s = step.total_seconds()
     range_s = (end - s0).total_seconds()
     out = History(service, range_s)
     by_t: dict[datetime, Usage] = {}
     for r in step_rows:
-        if r["t"] is None:
-            out.total = _usage(r, range_s, price_per_gpu_hour)
+        if r.t is None:
+            out.total = _usage(r.sums, range_s, price_per_gpu_hour)
         else:
-            by_t[r["t"]] = _usage(r, step_s, price_per_gpu_hour)
+            by_t[r.t] = _usage(r.sums, step_s, price_per_gpu_hour)
     t = s0
     while t < end:
         out.steps.append(StepUsage(**_fields(by_t.get(t, EMPTY)), t=t))
         t += step
-    for r in pod_rows:
-        out.pods.append(PodUsage(**_fields(_usage(r, range_s, price_per_gpu_hour)),
-                                 namespace=r["namespace"], pod=r["pod"]))
+    for p in pod_rows:
+        out.pods.append(PodUsage(**_fields(_usage(p.sums, range_s, price_per_gpu_hour)),
+                                 namespace=p.namespace, pod=p.pod))
     return out
 
 
-def _usage(r: Any, period_s: float, price: float) -> Usage:
-    """One result row as usage over a period of ``period_s`` seconds."""
-    secs = float(r["gpu_seconds"] or 0.0)
-    running = float(r["running_seconds"] or 0.0)
-    mem = r["memory_mib_seconds"]
+def _usage(r: UsageSums, period_s: float, price: float) -> Usage:
+    """One row of sums as usage over a period of ``period_s`` seconds."""
+    secs = float(r.gpu_seconds or 0.0)
+    running = float(r.running_seconds or 0.0)
+    mem = r.memory_mib_seconds
     return Usage(
         gpu_seconds=secs, running_seconds=running, gpus_window_avg=secs / period_s,
         gpus_while_running=secs / running if running else None,
-        sm_active=r["sm_active"], tensor_active=r["tensor_active"],
+        sm_active=r.sm_active, tensor_active=r.tensor_active,
         memory_used_mib_while_running=float(mem) / running if mem is not None and running else None,
-        energy_kwh=float(r["energy_j"] or 0.0) / JOULES_PER_KWH, cost=secs / 3600.0 * price,
+        energy_kwh=float(r.energy_j or 0.0) / JOULES_PER_KWH, cost=secs / 3600.0 * price,
     )
 
 
