@@ -9,20 +9,21 @@ counts are the sums of its GPUs' counts, so ``/nodes`` and ``/gpus`` always agre
 
 A GPU's index is its position by PCI bus id among its node's GPUs (NVML enumerates
 devices in PCI bus order, so this is the index ``nvidia-smi`` shows); MIG instances take
-their parent's. It is derived here because the inventory keeps the bus id, not the index.
+their parent's. It is derived in the store's query (:mod:`collector.store.fleet`) because the inventory
+keeps the bus id, not the index.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from collector.api.health import Health, OpenAnomaly, judge
 from collector.api.principal import Principal
+from collector.store.anomalies import open_on_gpus
 from collector.store.errors import UndefinedTable
-from collector.store.schema import BY_KEY
+from collector.store.fleet import Holder, gpus_now
 from telemetry.keys import (
     CLOCKS_EVENT_REASONS,
     DRAM_ACTIVE,
@@ -59,16 +60,6 @@ FLEET_METRICS: Final[tuple[str, ...]] = (
     XID_ERRORS,
     ECC_DBE_VOL_TOTAL,
 )
-_COLS: Final = [BY_KEY[k] for k in FLEET_METRICS]
-
-
-@dataclass(slots=True)
-class Holder:
-    namespace: str | None
-    pod: str | None
-    service: str | None
-    container: str | None
-    used_memory_mib: float | None
 
 
 @dataclass(slots=True)
@@ -119,49 +110,15 @@ class GpuNow:
         return list(found.values())
 
 
-def _fleet_sql(scoped: bool, by_node: bool) -> str:
-    cols = ", ".join(c.name for c in _COLS)
-    scope_p = " AND p.namespace = ANY($1::text[])" if scoped else ""
-    node_arg = "$2" if scoped else "$1"
-    where: list[str] = []
-    if by_node:
-        where.append(f"i.node = {node_arg}")
-    if scoped:
-        where.append("EXISTS (SELECT 1 FROM process_samples p WHERE p.gpu = i.gpu AND p.ts = s.ts"
-                     " AND p.namespace = ANY($1::text[]))")
-    return (
-        "SELECT i.gpu, i.node, i.model, i.driver_version, i.pci_bus_id, i.mig_profile, i.parent_gpu,"
-        f" i.first_seen, i.last_seen, s.ts AS sample_ts, {', '.join('s.' + c.name for c in _COLS)},\n"
-        " CASE WHEN i.pci_bus_id IS NOT NULL THEN (SELECT count(DISTINCT j.pci_bus_id) FROM gpu_inventory j"
-        "  WHERE j.node = i.node AND j.pci_bus_id < i.pci_bus_id) END AS gpu_index,\n"
-        " (SELECT jsonb_agg(jsonb_build_object('namespace', p.namespace, 'pod', p.pod, 'service', p.service,"
-        " 'container', p.container, 'used_memory_mib', p.used_memory_mib) ORDER BY p.pid)"
-        f"  FROM process_samples p WHERE p.gpu = i.gpu AND p.ts = s.ts{scope_p}) AS holders\n"
-        "FROM gpu_inventory i\n"
-        f"LEFT JOIN LATERAL (SELECT ts, {cols} FROM gpu_samples WHERE gpu = i.gpu AND ts <= i.last_seen"
-        " ORDER BY ts DESC LIMIT 1) s ON true\n"
-        + (f"WHERE {' AND '.join(where)}\n" if where else "")
-        + "ORDER BY i.node, i.gpu"
-    )
-
-
-_SQL: Final = {(scoped, by_node): _fleet_sql(scoped, by_node) for scoped in (False, True) for by_node in (False, True)}
-
-
 async def open_anomalies_by_gpu(db: Any, who: Principal) -> dict[str, list[OpenAnomaly]]:
     """Open anomalies per GPU that ``who`` may see; empty while the anomaly tables do not exist."""
-    sql = "SELECT gpu, severity, kind, summary FROM anomalies WHERE end_ts IS NULL AND gpu IS NOT NULL"
-    args: list[Any] = []
-    if who.scoped:
-        sql += " AND namespace = ANY($1::text[])"
-        args.append(who.scope_param())
     try:
-        rows = await db.fetch(sql + " ORDER BY start_ts", *args)
+        rows = await open_on_gpus(db, who.scope_param())
     except UndefinedTable:
         return {}
     out: dict[str, list[OpenAnomaly]] = {}
     for r in rows:
-        out.setdefault(r["gpu"], []).append(OpenAnomaly(r["severity"], r["kind"], r["summary"]))
+        out.setdefault(r.gpu, []).append(OpenAnomaly(r.severity, r.kind, r.summary))
     return out
 
 
@@ -170,25 +127,18 @@ async def fleet(
     stale_after: timedelta = DEFAULT_STALE_AFTER,
 ) -> list[GpuNow]:
     """Every GPU ``who`` may see now (optionally of one node), newest sample, holders and health included."""
-    args: list[Any] = []
-    if who.scoped:
-        args.append(who.scope_param())
-    if node is not None:
-        args.append(node)
-    rows = await db.fetch(_SQL[(who.scoped, node is not None)], *args)
+    rows = await gpus_now(db, FLEET_METRICS, node=node, scope=who.scope_param())
     anomalies = await open_anomalies_by_gpu(db, who)
     at = now or datetime.now(UTC)
     out: list[GpuNow] = []
     for r in rows:
-        holders = [Holder(**h) for h in json.loads(r["holders"])] if r["holders"] is not None else []
         gpu = GpuNow(
-            gpu=r["gpu"], node=r["node"], model=r["model"], driver_version=r["driver_version"],
-            pci_bus_id=r["pci_bus_id"], mig_profile=r["mig_profile"], parent_gpu=r["parent_gpu"],
-            first_seen=r["first_seen"], last_seen=r["last_seen"], sample_ts=r["sample_ts"],
-            metrics={c.key: r[c.name] for c in _COLS if r[c.name] is not None},
-            gpu_index=r["gpu_index"], holders=holders,
+            gpu=r.gpu, node=r.node, model=r.model, driver_version=r.driver_version,
+            pci_bus_id=r.pci_bus_id, mig_profile=r.mig_profile, parent_gpu=r.parent_gpu,
+            first_seen=r.first_seen, last_seen=r.last_seen, sample_ts=r.sample_ts,
+            metrics=r.metrics, gpu_index=r.gpu_index, holders=list(r.holders),
         )
-        found = anomalies.get(r["gpu"], [])
+        found = anomalies.get(r.gpu, [])
         for a in found:
             gpu.open_anomalies[a.severity] = gpu.open_anomalies.get(a.severity, 0) + 1
         verdict = judge(gpu.sample_ts, found, at, stale_after)

@@ -34,3 +34,28 @@ async def open_by_severity(db: Any, scope: Sequence[str] | None = None) -> list[
     else:
         rows = await db.fetch(_OPEN + _IN_SCOPE + _GROUP, list(scope))
     return [OpenCount(r["severity"], int(r["n"])) for r in rows]
+
+
+_OPEN_BY_GPU: Final = "SELECT gpu, severity, kind, summary FROM anomalies WHERE end_ts IS NULL AND gpu IS NOT NULL"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenOnGpu:
+    """An open anomaly of one GPU."""
+
+    gpu: str
+    severity: str
+    kind: str
+    summary: str
+
+
+async def open_on_gpus(db: Any, scope: Sequence[str] | None = None) -> list[OpenOnGpu]:
+    """Open anomalies that name a GPU, oldest first; only those of the namespaces in ``scope``
+    unless it is None.
+
+    Raises :class:`collector.store.errors.UndefinedTable` before the migrations ran."""
+    if scope is None:
+        rows = await db.fetch(_OPEN_BY_GPU + " ORDER BY start_ts")
+    else:
+        rows = await db.fetch(_OPEN_BY_GPU + _IN_SCOPE + " ORDER BY start_ts", list(scope))
+    return [OpenOnGpu(r["gpu"], r["severity"], r["kind"], r["summary"]) for r in rows]
