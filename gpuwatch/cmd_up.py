@@ -194,9 +194,11 @@ async def serve(args: argparse.Namespace, settings: Any, api_settings: Any) -> i
 async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, stack: contextlib.AsyncExitStack,
                  run: _Run) -> Any:
     """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor."""
+    from agent.cpuclock import ThreadCpu
     from agent.exposition import Exposition
     from agent.framing import Framer
     from agent.producer import Producer
+    from agent.runtime import new_instance_id
     from collector.ingest import Ingestor
     from collector.loop import ConsumeLoop
     from collector.store import Store, validate, validate_event
@@ -231,9 +233,11 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         await _revoke_left_over_tokens(store.pool)
     loop = asyncio.get_running_loop()
     transport = InProcessTransport(loop)  # the agent's producer and the collector's source
-    agent = build_agent(settings)
+    cpu, instance = ThreadCpu(), new_instance_id()
     producer: Producer = transport
-    framer = Framer(producer.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
+    framer = Framer(producer.submit, node=settings.node_name, instance=instance, cpu=cpu)
+    agent = build_agent(settings, cpu=cpu, instance=instance,
+                        record_sinks=(framer.add,), event_sinks=(framer.add_event,))
     replies = InProcessReplies([framer])
     from collector.alerting.service import from_rules_file
 
@@ -248,8 +252,6 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
         stack.push_async_callback(api.stop)
     agent.open()
-    agent.record_sinks.append(framer.add)
-    agent.event_sinks.append(framer.add_event)
     tasks: list[asyncio.Task[Any]] = []
     server: Any = None
 
