@@ -27,9 +27,11 @@ from types import TracebackType
 from typing import Any
 
 from gpuwatch.errors import UserError
+from gpuwatch.shutdown import Parts
 
 log = logging.getLogger("gpuwatch.up")
 SESSION_TOKEN_NAME = "gpuwatch up (this run)"
+SHUTDOWN_S = 20.0  # one deadline for the pipeline's stops (the agent's and the framer's 5 s each)
 
 
 def _api_port(text: str) -> int:
@@ -253,25 +255,32 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         stack.push_async_callback(api.stop)
     agent.open()
     tasks: list[asyncio.Task[Any]] = []
-    server: Any = None
+    failed = False
+    # sampling first, then the frames it made, then (on a clean stop) the queue into the database
+    parts = Parts()  # in start order; stopped in reverse
 
-    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
-                            _tb: TracebackType | None) -> bool:
-        """Sampling first, then the frames it made, then (on a clean stop) the queue into the database."""
-        if server is not None:
-            server.stop()
-        agent.stop()
-        framer.stop()
-        stop.set()
-        await transport.shutdown(0)  # the loop stores what is queued, then finishes
-        if kind is not None:
+    async def finish_tasks(_t: float) -> None:
+        if failed:
             for task in tasks:
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    parts.add("the background tasks", finish_tasks)
+    parts.add("the in-process transport", transport.shutdown, most=0)  # the loop stores what is queued
+    parts.add("the background tasks' stop event", lambda _t: stop.set())
+    parts.add("the framer", framer.stop, most=5.0)  # it emits what is pending
+    parts.add("the agent", agent.stop, most=5.0)  # opened above
+
+    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
+                            _tb: TracebackType | None) -> bool:
+        nonlocal failed
+        failed = kind is not None
+        await parts.shutdown(SHUTDOWN_S)
         return False
 
     stack.push_async_exit(stop_pipeline)
     server = _metrics_server(settings, Exposition(agent))
+    parts.add("/metrics", lambda _t: server.stop())
     framer.start()
     agent.start()
     server.start()
