@@ -12,7 +12,7 @@ path never touches the exporter. Label prefixes are cached per GPU and owner set
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from agent.devices import GpuTarget
 from agent.runtime import Agent
 from agent.sampler import Identity
-from agent.stats import counter, families, gauge, snapshot
+from agent.stats import Snapshot, counter, families, gauge, snapshot
 from telemetry.catalog import CATALOG
 from telemetry.keys import DRIVER_VERSION_LABEL
 from telemetry.records import GpuRecord
@@ -71,14 +71,20 @@ def owners_of(t: GpuTarget, record: GpuRecord | None, allocated: Mapping[str, Se
     return sorted(found) or [("", "", "")]
 
 
-class Exposition:
-    """Renders the agent's state as Prometheus text."""
+TransportStats = Callable[[], Sequence[Snapshot]]
 
-    def __init__(self, agent: Agent) -> None:
+
+class Exposition:
+    """Renders the agent's state as Prometheus text.
+
+    ``transport_stats`` gives the snapshots of whatever carries the agent's frames (sender,
+    spool, framer, control listener) at each scrape; without a transport there are none."""
+
+    def __init__(self, agent: Agent, transport_stats: TransportStats | None = None) -> None:
         self.agent = agent
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
-        self.registry.register(_AgentCollector(agent))
+        self.registry.register(_AgentCollector(agent, transport_stats))
         self._label_cache: dict[tuple[str, Owner], str] = {}
 
     def _labels(self, t: GpuTarget, owner: Owner) -> str:
@@ -174,10 +180,11 @@ def agent_stats(a: Agent) -> AgentStats:
 
 
 class _AgentCollector(Collector):
-    """The agent's own health: samples, intervals, call latency, CPU, errors."""
+    """The agent's own health: samples, intervals, call latency, CPU, errors, its transport."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, transport_stats: TransportStats | None) -> None:
         self.agent = agent
+        self.transport_stats = transport_stats
 
     def collect(self) -> Iterable[Metric]:
         a = self.agent
@@ -223,8 +230,8 @@ class _AgentCollector(Collector):
         for kind, n in sorted(counts.items()):
             errors.add_metric([kind], n)
         yield errors
-        if a.transport_stats is not None:
-            yield from families(a.transport_stats())
+        if self.transport_stats is not None:
+            yield from families(self.transport_stats())
         info = GaugeMetricFamily(
             "gpuwatch_agent_info",
             "Agent build and driver; agent_instance is the random id of this agent process, also the "

@@ -6,9 +6,9 @@ takes ``now`` as an argument, so tests drive it with fake time and a fake CPU cl
 :meth:`Agent.start` merely runs it in a thread against the real clocks. XID events block
 in ``nvmlEventSetWait`` on a thread of their own.
 
-Records and events go to sinks (callables) registered by whoever runs the agent: the
-exporter's state is kept here, JSON Lines export and the Kafka sender subscribe. A sink
-that raises is counted and logged; sampling goes on.
+Records and events go to sinks (callables) given to the constructor by whoever runs the
+agent: the exporter's state is kept here, JSON Lines export and the framer (Kafka or the
+in-process transport) are sinks. A sink that raises is counted and logged; sampling goes on.
 
 The CPU budget is kept on the agent's own threads (:mod:`agent.cpuclock`): the sampling
 and XID threads form the ``sampling`` account, and the time the sampling thread spends in
@@ -38,7 +38,6 @@ from agent.driver.base import Driver
 from agent.readers import READERS
 from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
-from agent.stats import Snapshot
 from agent.transitions import GpuTransitions
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
@@ -102,9 +101,12 @@ class Agent:
         calibrate_calls: bool = True,
         cpu: ThreadCpu | None = None,
         instance: str | None = None,
+        record_sinks: Sequence[RecordSink] = (),
+        event_sinks: Sequence[EventSink] = (),
     ) -> None:
         """``cpu_clock`` times one sample on the sampling thread; ``budget_cpu_clock`` is what the
-        budget's feedback reads (default: the ``sampling`` account of ``cpu``, the agent's threads)."""
+        budget's feedback reads (default: the ``sampling`` account of ``cpu``, the agent's threads).
+        Every record and event goes to each of ``record_sinks`` and ``event_sinks``, in order."""
         self.driver = driver
         self.node = node
         self.instance = instance or new_instance_id()
@@ -126,8 +128,8 @@ class Agent:
         self.calibration: dict[str, float] = {}
         self.slow_period: dict[str, float] = {}
         self.queue = DueQueue()
-        self.record_sinks: list[RecordSink] = []
-        self.event_sinks: list[EventSink] = []
+        self.record_sinks: tuple[RecordSink, ...] = tuple(record_sinks)
+        self.event_sinks: tuple[EventSink, ...] = tuple(event_sinks)
         self.errors: Counter[str] = Counter()
         self.samples_total = 0
         self.sample_cpu_seconds = 0.0
@@ -139,7 +141,6 @@ class Agent:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.sampler: Sampler | None = None
-        self.transport_stats: Callable[[], Sequence[Snapshot]] | None = None  # set by whoever adds a transport
         self._recost_at = 0.0
         self._recost_acc: dict[str, tuple[int, int]] = {}
 

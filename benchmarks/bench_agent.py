@@ -153,12 +153,11 @@ def bench_rss(args: argparse.Namespace) -> dict[str, Any]:
     now = [1_764_489_600.0]
     fleet = SimulatedFleet(8, clock=lambda: now[0], profiles=["batch", "serving", "training", "batch"])
     config = ScheduleConfig(floor=1.0, ceiling=1.0, busy=1.0, cpu_budget=1.0)
+    sink_count = [0]
     agent = Agent(fleet, "rss-node", config, SimulatedAttribution(fleet), clock=lambda: now[0],
-                  calibrate_calls=False)
+                  calibrate_calls=False, record_sinks=(lambda r: sink_count.__setitem__(0, sink_count[0] + 1),))
     agent.open()
     exposition = Exposition(agent)
-    sink_count = [0]
-    agent.record_sinks.append(lambda r: sink_count.__setitem__(0, sink_count[0] + 1))
     end = now[0] + args.hours * 3600
     next_scrape = next_rss = now[0]
     points: list[tuple[float, float]] = []

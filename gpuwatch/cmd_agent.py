@@ -7,8 +7,14 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.cpuclock import ThreadCpu
+    from agent.runtime import Agent, EventSink, RecordSink
+    from agent.stats import Snapshot
 
 log = logging.getLogger("gpuwatch.agent")
 
@@ -53,8 +59,12 @@ def settings_from(args: argparse.Namespace) -> Any:
     return load(AgentSettings, {k: v for k, v in vars(args).items() if k in keys})
 
 
-def build_agent(settings: Any) -> Any:
-    """The agent for these settings: real NVML, or a simulated fleet; attribution to match."""
+def build_agent(settings: Any, *, cpu: ThreadCpu | None = None, instance: str | None = None,
+                record_sinks: Sequence[RecordSink] = (), event_sinks: Sequence[EventSink] = ()) -> Agent:
+    """The agent for these settings: real NVML, or a simulated fleet; attribution to match.
+
+    ``cpu`` and ``instance`` are made first by a caller whose transport needs them (the framer
+    stamps the instance and bills the agent's CPU accounts); the sinks get every record and event."""
     from agent.runtime import Agent, ScheduleConfig
 
     config = ScheduleConfig(
@@ -83,7 +93,8 @@ def build_agent(settings: Any) -> Any:
                 settings.node_name, kubeconfig=settings.kubeconfig,
                 podresources_socket=settings.podresources_socket,
             )
-    agent = Agent(driver, settings.node_name, config, attribution)
+    agent = Agent(driver, settings.node_name, config, attribution, cpu=cpu, instance=instance,
+                  record_sinks=record_sinks, event_sinks=event_sinks)
     log.info("agent instance %s (the 'instance' header of its messages)", agent.instance)
     return agent
 
@@ -113,30 +124,40 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import pynvml
 
+    from agent.cpuclock import ThreadCpu
     from agent.exposition import Exposition
+    from agent.runtime import new_instance_id
     from agent.server import MetricsServer
 
-    agent = build_agent(settings)
+    cpu, instance = ThreadCpu(), new_instance_id()
+    try:
+        pipeline = build_sending(settings, instance, cpu)  # nothing runs yet: the agent's sinks need it
+    except SpoolOpenError as exc:
+        print(f"gpuwatch agent: {exc}", file=sys.stderr)
+        return 1
+    agent = build_agent(settings, cpu=cpu, instance=instance,
+                        record_sinks=pipeline.record_sinks() if pipeline else (),
+                        event_sinks=pipeline.event_sinks() if pipeline else ())
     try:
         agent.open()
     except pynvml.NVMLError as exc:
         print(f"gpuwatch agent: NVML could not start ({exc}); use --simulate N on a machine without GPUs",
               file=sys.stderr)
+        if pipeline is not None:
+            pipeline.stop()
         return 1
     try:
-        server = MetricsServer(settings.metrics_host, settings.metrics_port, Exposition(agent))
+        server = MetricsServer(settings.metrics_host, settings.metrics_port,
+                               Exposition(agent, pipeline.stats if pipeline else None))
     except OSError as exc:
         print(f"gpuwatch agent: cannot listen on {settings.metrics_host}:{settings.metrics_port}: {exc}",
               file=sys.stderr)
         agent.stop()
+        if pipeline is not None:
+            pipeline.stop()
         return 1
-    try:
-        pipeline = start_sending(agent, settings)
-    except SpoolOpenError as exc:
-        print(f"gpuwatch agent: {exc}", file=sys.stderr)
-        server.server_close()
-        agent.stop()
-        return 1
+    if pipeline is not None:
+        pipeline.start()
     agent.start()
     server.start()
     kind = "simulated" if settings.simulate else "NVML"
@@ -164,6 +185,21 @@ class Sending:
     def __init__(self, framer: Any, sender: Any, control: Any) -> None:
         self.framer, self.sender, self.control = framer, sender, control
 
+    def record_sinks(self) -> tuple[RecordSink, ...]:
+        return (self.framer.add,)
+
+    def event_sinks(self) -> tuple[EventSink, ...]:
+        return (self.framer.add_event,)
+
+    def stats(self) -> tuple[Snapshot, ...]:
+        """The snapshots of every part, for /metrics."""
+        return (*self.sender.snapshots(), self.framer.stats(), self.control.stats())
+
+    def start(self) -> None:
+        self.sender.start()
+        self.framer.start()
+        self.control.start()
+
     def stop(self) -> None:
         self.control.stop()
         self.framer.stop()
@@ -178,8 +214,9 @@ class Sending:
                 f"{st['corrupt_messages_total']} to spool damage, {st['rejected_total']} rejected by Kafka")
 
 
-def start_sending(agent: Any, settings: Any) -> Sending | None:
-    """Frames to Kafka through the spool, when a bootstrap server is configured."""
+def build_sending(settings: Any, instance: str, cpu: ThreadCpu) -> Sending | None:
+    """Frames to Kafka through the spool, when a bootstrap server is configured (opens the spool;
+    starts nothing: :meth:`Sending.start` does, once the agent is open)."""
     kafka = settings.kafka()
     if kafka is None:
         return None
@@ -203,16 +240,11 @@ def start_sending(agent: Any, settings: Any) -> Sending | None:
         log.info("keyframes for every GPU: %s", why)
         framer.request_keyframe(None)
 
-    sender = Sender(kafka, spool, on_keyframe_needed=keyframes, cpu=agent.cpu,
+    node = settings.node_name
+    sender = Sender(kafka, spool, on_keyframe_needed=keyframes, cpu=cpu,
                     transport_cpu_budget=settings.transport_cpu_budget)
     producer: Producer = sender  # the agent's transport seam: Kafka here, in-process in `up`
-    framer = Framer(producer.submit, node=agent.node, instance=agent.instance, window=settings.frame_window,
-                    max_delay_s=settings.frame_max_delay, cpu=agent.cpu)
-    control = ControlListener(kafka, agent.node, agent.instance, framer.request_keyframe, cpu=agent.cpu)
-    agent.record_sinks.append(framer.add)
-    agent.event_sinks.append(framer.add_event)
-    agent.transport_stats = lambda: (*sender.snapshots(), framer.stats(), control.stats())
-    sender.start()
-    framer.start()
-    control.start()
+    framer = Framer(producer.submit, node=node, instance=instance, window=settings.frame_window,
+                    max_delay_s=settings.frame_max_delay, cpu=cpu)
+    control = ControlListener(kafka, node, instance, framer.request_keyframe, cpu=cpu)
     return Sending(framer, sender, control)

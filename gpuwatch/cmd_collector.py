@@ -18,10 +18,12 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpuwatch.shutdown import Parts
+
 log = logging.getLogger("gpuwatch.collector")
+SHUTDOWN_S = 20.0  # one deadline for every stop: the consumer's and the producer's 10 s each
 
 
 def register(subparsers: Any) -> None:
@@ -148,13 +150,20 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
         client_kwargs=security,
         tuning=tuning,
     )
-    api = None
     tasks: list[asyncio.Task[Any]] = []
     failure: BaseException | None = None
+    parts = Parts()  # in start order; stopped in reverse: the API, consumer, producer, tasks, detection, store
+    parts.add("the store", lambda _t: store.close())
+    parts.add("detection", lambda _t: detection.close())
+    parts.add("the background tasks", lambda _t: _cancel(tasks))
+    parts.add("the dead-letter producer", replies.shutdown, most=10.0)
+    parts.add("the consumer", consumer.shutdown, most=10.0)
     try:
         # the API first: while Kafka is not reachable yet (it may start after the collector), /healthz
         # answers (alive), /readyz says why it is not ready, and the stored data can be read
         api = await _start_api(store, api_settings, api_port_given, ingestor, consumer)
+        if api is not None:
+            parts.add("the API", lambda _t: api.stop())
         await _start(replies, consumer, stop)
         if not stop.is_set():
             print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
@@ -172,17 +181,15 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
                 failure = runner.exception()
     finally:
         stop.set()
-        if api is not None:
-            await _step("the API", api.stop)
-        await _step("the consumer", lambda: consumer.shutdown(10.0))
-        await _step("the dead-letter producer", lambda: replies.shutdown(10.0))
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await _step("detection", detection.close)
-        await _step("the store", store.close)
+        await parts.shutdown(SHUTDOWN_S)
     if failure is not None:
         raise failure
+
+
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _start(replies: Any, consumer: Any, stop: asyncio.Event) -> None:
@@ -225,18 +232,6 @@ async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingest
         await api.start()
     print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics", flush=True)
     return api
-
-
-async def _step(name: str, step: Callable[[], Awaitable[Any]]) -> None:
-    """One shutdown step; its failure is logged and the next steps still run."""
-    from aiokafka.errors import KafkaError
-
-    from collector.store.errors import TRANSIENT
-
-    try:
-        await step()
-    except (RuntimeError, TimeoutError, KafkaError, *TRANSIENT) as exc:
-        log.warning("stopping %s failed (shutdown goes on): %s: %s", name, type(exc).__name__, exc)
 
 
 # the API settings whose flag is not ``--setting-name`` (named in setting errors; `up` too)

@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(record.to_json() + "\n")
             count += 1
 
-    agent = build_agent(settings)
-    agent.record_sinks.append(write)
+    agent = build_agent(settings, record_sinks=(write,))
     agent.start()
     try:
         if args.duration is not None:

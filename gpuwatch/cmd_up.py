@@ -27,9 +27,11 @@ from types import TracebackType
 from typing import Any
 
 from gpuwatch.errors import UserError
+from gpuwatch.shutdown import Parts
 
 log = logging.getLogger("gpuwatch.up")
 SESSION_TOKEN_NAME = "gpuwatch up (this run)"
+SHUTDOWN_S = 20.0  # one deadline for the pipeline's stops (the agent's and the framer's 5 s each)
 
 
 def _api_port(text: str) -> int:
@@ -194,9 +196,11 @@ async def serve(args: argparse.Namespace, settings: Any, api_settings: Any) -> i
 async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, stack: contextlib.AsyncExitStack,
                  run: _Run) -> Any:
     """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor."""
+    from agent.cpuclock import ThreadCpu
     from agent.exposition import Exposition
     from agent.framing import Framer
     from agent.producer import Producer
+    from agent.runtime import new_instance_id
     from collector.ingest import Ingestor
     from collector.loop import ConsumeLoop
     from collector.store import Store, validate, validate_event
@@ -231,9 +235,11 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         await _revoke_left_over_tokens(store.pool)
     loop = asyncio.get_running_loop()
     transport = InProcessTransport(loop)  # the agent's producer and the collector's source
-    agent = build_agent(settings)
+    cpu, instance = ThreadCpu(), new_instance_id()
     producer: Producer = transport
-    framer = Framer(producer.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
+    framer = Framer(producer.submit, node=settings.node_name, instance=instance, cpu=cpu)
+    agent = build_agent(settings, cpu=cpu, instance=instance,
+                        record_sinks=(framer.add,), event_sinks=(framer.add_event,))
     replies = InProcessReplies([framer])
     from collector.alerting.service import from_rules_file
 
@@ -248,28 +254,33 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
         stack.push_async_callback(api.stop)
     agent.open()
-    agent.record_sinks.append(framer.add)
-    agent.event_sinks.append(framer.add_event)
     tasks: list[asyncio.Task[Any]] = []
-    server: Any = None
+    failed = False
+    # sampling first, then the frames it made, then (on a clean stop) the queue into the database
+    parts = Parts()  # in start order; stopped in reverse
 
-    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
-                            _tb: TracebackType | None) -> bool:
-        """Sampling first, then the frames it made, then (on a clean stop) the queue into the database."""
-        if server is not None:
-            server.stop()
-        agent.stop()
-        framer.stop()
-        stop.set()
-        await transport.shutdown(0)  # the loop stores what is queued, then finishes
-        if kind is not None:
+    async def finish_tasks(_t: float) -> None:
+        if failed:
             for task in tasks:
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    parts.add("the background tasks", finish_tasks)
+    parts.add("the in-process transport", transport.shutdown, most=0)  # the loop stores what is queued
+    parts.add("the background tasks' stop event", lambda _t: stop.set())
+    parts.add("the framer", framer.stop, most=5.0)  # it emits what is pending
+    parts.add("the agent", agent.stop, most=5.0)  # opened above
+
+    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
+                            _tb: TracebackType | None) -> bool:
+        nonlocal failed
+        failed = kind is not None
+        await parts.shutdown(SHUTDOWN_S)
         return False
 
     stack.push_async_exit(stop_pipeline)
     server = _metrics_server(settings, Exposition(agent))
+    parts.add("/metrics", lambda _t: server.stop())
     framer.start()
     agent.start()
     server.start()

@@ -19,10 +19,13 @@ from telemetry.records import EventRecord, GpuRecord
 from tests.support.poll import wait_until
 
 
-def _agent(fleet_kw: dict[str, object], n: int = 3) -> tuple[Agent, SimulatedFleet, list[float]]:
+def _agent(fleet_kw: dict[str, object], n: int = 3, records: list[GpuRecord] | None = None,
+           events: list[EventRecord] | None = None) -> tuple[Agent, SimulatedFleet, list[float]]:
     now = [1000.0]
     fleet = SimulatedFleet(n, clock=lambda: now[0], start=0.0, **fleet_kw)  # type: ignore[arg-type]
-    agent = Agent(fleet, "node-a", ScheduleConfig(ceiling=1.0), clock=lambda: now[0], calibrate_calls=False)
+    agent = Agent(fleet, "node-a", ScheduleConfig(ceiling=1.0), clock=lambda: now[0], calibrate_calls=False,
+                  record_sinks=() if records is None else (records.append,),
+                  event_sinks=() if events is None else (events.append,))
     agent.open()
     return agent, fleet, now
 
@@ -35,11 +38,9 @@ def _run(agent: Agent, now: list[float], seconds: float) -> None:
 
 
 def test_lost_gpu_is_reported_retried_and_others_keep_sampling() -> None:
-    agent, fleet, now = _agent({"profiles": ["training"]})
     events: list[EventRecord] = []
     records: list[GpuRecord] = []
-    agent.event_sinks.append(events.append)
-    agent.record_sinks.append(records.append)
+    agent, fleet, now = _agent({"profiles": ["training"]}, records=records, events=events)
     _run(agent, now, 5)
     lost_key = fleet.gpus[1].uuid
     fleet.fail(1)
@@ -59,9 +60,8 @@ def test_lost_gpu_is_reported_retried_and_others_keep_sampling() -> None:
 
 
 def test_training_gpus_report_power_cap_throttling_and_ecc_as_events() -> None:
-    agent, fleet, now = _agent({"profiles": ["training"]}, n=4)
     events: list[EventRecord] = []
-    agent.event_sinks.append(events.append)
+    agent, fleet, now = _agent({"profiles": ["training"]}, n=4, events=events)
     _run(agent, now, 1000)
     starts = [e for e in events if e.kind == "throttle_start"]
     assert starts and all(e.code == 0x4 and "SW_POWER_CAP" in e.detail for e in starts)
@@ -84,9 +84,8 @@ def test_xid_79_marks_the_gpu_lost_and_xid_metric_shows_last_xid() -> None:
 
 def test_xid_event_thread_delivers_events() -> None:
     fleet = SimulatedFleet(2)
-    agent = Agent(fleet, "n", ScheduleConfig(), calibrate_calls=False)
     events: list[EventRecord] = []
-    agent.event_sinks.append(events.append)
+    agent = Agent(fleet, "n", ScheduleConfig(), calibrate_calls=False, event_sinks=(events.append,))
     agent.start()
     try:
         fleet.inject_xid(1, 63)

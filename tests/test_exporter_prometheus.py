@@ -21,6 +21,7 @@ import pynvml as nv
 import pytest
 
 from agent.driver.simulated import SimulatedFleet
+from agent.exposition import Exposition
 from agent.gpm import GPM_METRICS
 from agent.readers import READERS
 from agent.runtime import ScheduleConfig
@@ -562,8 +563,7 @@ def test_every_transport_counter_reaches_metrics_and_lints(
     try:
         framer = Framer(sender.submit, node=agent.node, instance=agent.instance, cpu=agent.cpu)
         control = ControlListener(kafka, agent.node, agent.instance, framer.request_keyframe, cpu=agent.cpu)
-        agent.transport_stats = lambda: (*sender.snapshots(), framer.stats(), control.stats())
-        text = sim.metrics()
+        text = Exposition(agent, lambda: (*sender.snapshots(), framer.stats(), control.stats())).render().decode()
     finally:
         sender.stop()
     exposed = Exposed.parse(text)
@@ -602,8 +602,8 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
         framer = Framer(sender.submit, node=sim.agent.node, instance=sim.agent.instance, cpu=sim.agent.cpu)
         control = ControlListener(kafka, sim.agent.node, sim.agent.instance, framer.request_keyframe,
                                   cpu=sim.agent.cpu)
-        sim.agent.transport_stats = lambda: (*sender.snapshots(), framer.stats(), control.stats())
-        exposed = Exposed.parse(sim.metrics())
+        exposition = Exposition(sim.agent, lambda: (*sender.snapshots(), framer.stats(), control.stats()))
+        exposed = Exposed.parse(exposition.render().decode())
     finally:
         sender.stop()
     for row in table:

@@ -25,7 +25,7 @@ import pytest
 from agent.driver.simulated import SimulatedFleet
 from agent.framing import Framer
 from agent.kafka_settings import KafkaSettings
-from agent.runtime import Agent, ScheduleConfig
+from agent.runtime import Agent, ScheduleConfig, new_instance_id
 from agent.sender import Sender
 from agent.simulate.attribution import SimulatedAttribution
 from telemetry.records import GpuRecord
@@ -47,13 +47,12 @@ class AgentFleet:
         config = ScheduleConfig(floor=interval, ceiling=interval, busy=interval, cpu_budget=1.0)
         for i in range(agents):
             fleet = SimulatedFleet(gpus, seed=100 + i)
-            agent = Agent(fleet, f"node-{i}", config, SimulatedAttribution(fleet), calibrate_calls=False)
             sender = Sender(KafkaSettings(bootstrap_servers=bootstrap, linger_ms=5), tmp / f"spool-{i}",
                             spool_after_ms=500)
-            framer = Framer(sender.submit, node=agent.node, instance=agent.instance, window=4, max_delay_s=0.5)
-            agent.record_sinks.append(self._count)
-            agent.record_sinks.append(framer.add)
-            agent.event_sinks.append(framer.add_event)
+            instance = new_instance_id()
+            framer = Framer(sender.submit, node=f"node-{i}", instance=instance, window=4, max_delay_s=0.5)
+            agent = Agent(fleet, f"node-{i}", config, SimulatedAttribution(fleet), calibrate_calls=False,
+                          instance=instance, record_sinks=(self._count, framer.add), event_sinks=(framer.add_event,))
             self.parts.append((agent, framer, sender))
 
     def _count(self, record: GpuRecord) -> None:

@@ -13,8 +13,9 @@ import pytest
 from agent.cpuclock import HTTP, SAMPLING, TRANSPORT, ThreadCpu
 from agent.driver.simulated import SimulatedFleet
 from agent.exposition import Exposition
-from agent.runtime import Agent, ScheduleConfig
+from agent.runtime import Agent, RecordSink, ScheduleConfig
 from agent.scheduler import AdaptiveInterval, CpuBudget, CpuPacer, DueQueue, slow_periods, volatility
+from telemetry.records import GpuRecord
 
 
 class FakeClocks:
@@ -40,11 +41,12 @@ class FakeClocks:
         return self.cpu
 
 
-def _agent(n: int, clocks: FakeClocks, profiles: list[str], **cfg: float) -> tuple[Agent, SimulatedFleet]:
+def _agent(n: int, clocks: FakeClocks, profiles: list[str], sink: RecordSink | None = None,
+           **cfg: float) -> tuple[Agent, SimulatedFleet]:
     fleet = SimulatedFleet(n, clock=clocks.wall, profiles=profiles, start=0.0)  # type: ignore[arg-type]
     agent = Agent(
         fleet, "n", ScheduleConfig(**cfg), clock=clocks.wall, cpu_clock=clocks.thread_cpu,
-        budget_cpu_clock=clocks.process_cpu, calibrate_calls=False,
+        budget_cpu_clock=clocks.process_cpu, calibrate_calls=False, record_sinks=() if sink is None else (sink,),
     )
     agent.open()
     return agent, fleet
@@ -141,14 +143,13 @@ def test_slow_calls_get_their_own_period() -> None:
 
 def test_slow_source_is_read_less_often() -> None:
     clocks = FakeClocks()
-    agent, _ = _agent(1, clocks, ["training"])
+    records: list[GpuRecord] = []
+    agent, _ = _agent(1, clocks, ["training"], records.append)
     agent.calibration = {"energy": 0.004}  # as measured on an H200
     agent.slow_period = slow_periods(agent.calibration, 0.001, 0.001)
     assert agent.sampler is not None
     agent.sampler.slow = frozenset(agent.slow_period)
     agent._recost_at = float("inf")  # live re-costing would see the simulator's fast call
-    records = []
-    agent.record_sinks.append(records.append)
     _run(agent, clocks, 60.0)
     with_energy = [r for r in records if "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in r.metrics]
     assert len(records) >= 50
@@ -190,9 +191,9 @@ def test_the_budget_never_thins_sampling_below_the_ceiling(caplog: pytest.LogCap
     """64 GPUs at 5 ms a sample: even at the 10 s ceiling that is 3.2% of a core, over the 1% budget.
     Every GPU is still sampled every 10 s; the budget's lengthening is counted and logged once."""
     clocks = FakeClocks(cost=0.005)
-    agent, _ = _agent(64, clocks, ["serving"], floor=0.25, busy=1.0, ceiling=10.0, cpu_budget=0.01)
     seen: dict[str, list[float]] = {}
-    agent.record_sinks.append(lambda r: seen.setdefault(r.gpu, []).append(r.ts))
+    agent, _ = _agent(64, clocks, ["serving"], lambda r: seen.setdefault(r.gpu, []).append(r.ts),
+                      floor=0.25, busy=1.0, ceiling=10.0, cpu_budget=0.01)
     with caplog.at_level(logging.WARNING, logger="agent.runtime"):
         _run(agent, clocks, 300.0)
     assert len(seen) == 64
@@ -244,9 +245,9 @@ def test_the_budget_counts_the_agents_threads_not_the_process() -> None:
     wall = [1000.0]
     fleet = SimulatedFleet(4, clock=lambda: wall[0], profiles=["serving"], start=0.0)
     cpu = ThreadCpu()
-    agent = Agent(fleet, "n", ScheduleConfig(cpu_budget=0.01), clock=lambda: wall[0], calibrate_calls=False, cpu=cpu)
+    agent = Agent(fleet, "n", ScheduleConfig(cpu_budget=0.01), clock=lambda: wall[0], calibrate_calls=False, cpu=cpu,
+                  record_sinks=(lambda _r: _burn(0.002),))  # 2 ms of frame encoding per record: transport work
     agent.open()
-    agent.record_sinks.append(lambda _r: _burn(0.002))  # 2 ms of frame encoding per record: transport work
     go, done = threading.Event(), threading.Event()
     stop = False
 

@@ -69,13 +69,13 @@ def _scraper(url: str, stop: threading.Event, count: list[int]) -> None:
 
 def run(name: str, args: argparse.Namespace, busy: bool, budget_clock: Callable[[], float] | None) -> dict[str, Any]:
     config = ScheduleConfig(ceiling=args.ceiling, cpu_budget=args.cpu_budget)
-    agent = Agent(_driver(args.simulate), platform.node(), config, budget_cpu_clock=budget_clock)
     seen: dict[str, list[float]] = defaultdict(list)
 
     def sink(r: GpuRecord) -> None:
         seen[r.gpu].append(r.ts)
 
-    agent.record_sinks.append(sink)
+    agent = Agent(_driver(args.simulate), platform.node(), config, budget_cpu_clock=budget_clock,
+                  record_sinks=(sink,))
     agent.open()
     server = MetricsServer("127.0.0.1", 0, Exposition(agent))
     server.start()

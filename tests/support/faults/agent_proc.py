@@ -23,8 +23,13 @@ import argparse
 import functools
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.runtime import Agent, RecordSink
+    from telemetry.records import GpuRecord
 
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
@@ -67,12 +72,13 @@ def main(argv: list[str]) -> int:
     export = own.export.open("a", buffering=1)
     build = cmd_agent.build_agent
 
-    def build_agent(settings: Any) -> Any:
-        agent = build(settings)
-        agent.record_sinks.append(lambda r: export.write(f"{r.gpu}\t{r.node}\t{r.ts!r}\n"))
-        return agent
+    def build_agent(settings: Any, *, record_sinks: Sequence[RecordSink] = (), **kwargs: Any) -> Agent:
+        def exported(r: GpuRecord) -> None:
+            export.write(f"{r.gpu}\t{r.node}\t{r.ts!r}\n")
 
-    cmd_agent.build_agent = build_agent  # type: ignore[assignment]
+        return build(settings, record_sinks=(*record_sinks, exported), **kwargs)
+
+    cmd_agent.build_agent = build_agent
     try:
         return int(gpuwatch_main(rest) or 0)
     finally:
