@@ -15,7 +15,7 @@ keeps the bus id, not the index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -23,7 +23,7 @@ from collector.api.health import Health, OpenAnomaly, judge
 from collector.api.principal import Principal
 from collector.store.anomalies import open_on_gpus
 from collector.store.errors import UndefinedTable
-from collector.store.fleet import Holder, gpus_now
+from collector.store.fleet import GpuNowRow, gpus_now
 from telemetry.keys import (
     CLOCKS_EVENT_REASONS,
     DRAM_ACTIVE,
@@ -71,21 +71,13 @@ class PodOnGpu:
     used_memory_mib: float | None
 
 
-@dataclass(slots=True)
-class GpuNow:
-    gpu: str
-    node: str
-    model: str | None
-    driver_version: str | None
-    pci_bus_id: str | None
-    mig_profile: str | None
-    parent_gpu: str | None
-    first_seen: datetime
-    last_seen: datetime
-    sample_ts: datetime | None
-    metrics: dict[str, float | int]
-    gpu_index: int | None = None
-    holders: list[Holder] = field(default_factory=list)
+_ROW_FIELDS: Final = tuple(f.name for f in fields(GpuNowRow))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNow(GpuNowRow):
+    """The store's row of a GPU now, and what the API judges of it."""
+
     health: Health = "ok"
     reasons: list[str] = field(default_factory=list)
     open_anomalies: dict[str, int] = field(default_factory=dict)  # severity -> count
@@ -132,19 +124,15 @@ async def fleet(
     at = now or datetime.now(UTC)
     out: list[GpuNow] = []
     for r in rows:
-        gpu = GpuNow(
-            gpu=r.gpu, node=r.node, model=r.model, driver_version=r.driver_version,
-            pci_bus_id=r.pci_bus_id, mig_profile=r.mig_profile, parent_gpu=r.parent_gpu,
-            first_seen=r.first_seen, last_seen=r.last_seen, sample_ts=r.sample_ts,
-            metrics=r.metrics, gpu_index=r.gpu_index, holders=list(r.holders),
-        )
         found = anomalies.get(r.gpu, [])
+        counts: dict[str, int] = {}
         for a in found:
-            gpu.open_anomalies[a.severity] = gpu.open_anomalies.get(a.severity, 0) + 1
-        verdict = judge(gpu.sample_ts, found, at, stale_after)
-        gpu.health, gpu.reasons, gpu.sample_age_seconds = verdict.health, verdict.reasons, verdict.sample_age_seconds
-        gpu.fresh = verdict.sample_age_seconds is not None and verdict.sample_age_seconds <= stale_after.total_seconds()
-        out.append(gpu)
+            counts[a.severity] = counts.get(a.severity, 0) + 1
+        verdict = judge(r.sample_ts, found, at, stale_after)
+        age = verdict.sample_age_seconds
+        out.append(GpuNow(**{f: getattr(r, f) for f in _ROW_FIELDS}, health=verdict.health,
+                          reasons=verdict.reasons, open_anomalies=counts, sample_age_seconds=age,
+                          fresh=age is not None and age <= stale_after.total_seconds()))
     return out
 
 
