@@ -22,13 +22,55 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.incidents.labelled import evaluate  # noqa: E402
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _ticks(stat: str) -> tuple[str, int]:
+    """(state, utime + stime) from a /proc/<pid>/stat line; the comm may hold spaces."""
+    rest = stat.rsplit(")", 1)[-1].split()
+    return (rest[0], int(rest[11]) + int(rest[12])) if len(rest) > 12 else ("?", 0)
+
+
+def host_sidecar(path: Path, stop: threading.Event) -> None:
+    """Once a second, the host's side of the run as the kernel tells it (ground truth for the
+    host-evidence work: node PSI, node CPU, and the workload's processes and threads).
+
+    Raw counters, not rates, so any later reader can difference them its own way.
+    """
+    with open(path, "w", encoding="utf-8") as out:
+        while not stop.wait(1.0):
+            row: dict[str, Any] = {"t": time.time(), "stat_cpu": _read("/proc/stat").split("\n", 1)[0],
+                                   "cgroup_cpu_stat": _read("/sys/fs/cgroup/cpu.stat")}
+            for what in ("cpu", "memory", "io"):
+                row[f"psi_{what}"] = _read(f"/proc/pressure/{what}")
+            procs = []
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or "--job" not in _read(f"/proc/{pid}/cmdline").replace("\0", " "):
+                    continue
+                state, ticks = _ticks(_read(f"/proc/{pid}/stat"))
+                threads = []
+                for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
+                    threads.append((int(tid), *_ticks(_read(f"/proc/{pid}/task/{tid}/stat"))))
+                procs.append({"pid": int(pid), "state": state, "ticks": ticks, "threads": threads})
+            row["procs"] = procs
+            out.write(json.dumps(row) + "\n")
+            out.flush()
 
 
 def main() -> int:
@@ -48,10 +90,14 @@ def main() -> int:
                 print(f"gpuwatch export exited with {export.returncode}; see {out / 'export.log'}")
                 return 1
             time.sleep(0.2)
+        stop = threading.Event()
+        sidecar = threading.Thread(target=host_sidecar, args=(out / f"{name}.host.jsonl", stop), daemon=True)
+        sidecar.start()
         began = time.time()
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu/workload_labelled.py"), str(labels)],
                               env=env, stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
         time.sleep(3)
+        stop.set()
         export.send_signal(signal.SIGTERM)
         export.wait(timeout=30)
     print(f"workload exited with {done.returncode} after {time.time() - began:.0f} s; see {out / 'workload.log'}")

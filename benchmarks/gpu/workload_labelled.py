@@ -45,7 +45,8 @@ from typing import Any
 
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
-          "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop"}
+          "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop",
+          "onethread": "throughput_drop"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -105,6 +106,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.11, "cpu_s": 0.04, "stall_steps": 1.3, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.75, "serve_period_s": 15.0, "launch_batch": 3000},
+    # "g": the sixth held-out run, written before the detector changes of the session that
+    # recorded it (2026-12-01, fourth session): every incident longer than the stated waits with
+    # 22 s of training between them; a stall of 1.8 steps' wait, a single-thread-bound input
+    # pipeline ("onethread": the CPU half of each step on one thread instead of all cores, as a
+    # Python loop under the GIL would be), 3 burners per core, launch-bound in the job (1,500
+    # tiny kernels per sync), a leak of 0.75 GiB every 1.5 s
+    "g": {"train": (("train", 30.0), ("eval", 10.0), ("train", 22.0), ("stall", 70.0), ("train", 22.0),
+                    ("onethread", 70.0), ("train", 22.0), ("contention", 70.0), ("train", 22.0), ("launch", 90.0),
+                    ("train", 20.0), ("leak", 40.0)),
+          "tools": (),
+          "gpu_s": 0.10, "cpu_s": 0.05, "stall_steps": 1.8, "burners_per_core": 3, "leak_every_s": 1.5,
+          "leak_gib": 0.75, "serve_period_s": 15.0, "launch_batch": 1500},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -169,6 +182,7 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
             spin = f"import time\nend = {end}\nwhile time.time() < end:\n    pass\n"
             burners = [subprocess.Popen([sys.executable, "-c", spin])
                        for _ in range(V["burners_per_core"] * (os.cpu_count() or 1))]
+        torch.set_num_threads(1 if phase == "onethread" else os.cpu_count() or 1)
         grow_at = time.time()
         while time.time() < end:
             if phase == "eval":
