@@ -13,7 +13,6 @@ import argparse
 import sys
 from typing import Any
 
-from collector.store import sqlgen
 from telemetry.catalog import CATALOG, metrics_markdown
 
 
@@ -27,6 +26,9 @@ def register(subparsers: Any) -> None:
 
 
 def _sql(check: bool) -> int:
+    # imported here: the store needs asyncpg, which the agent's image (and `gpuwatch export`) lacks
+    from collector.store import sqlgen
+
     stale = sqlgen.check() if check else sqlgen.write()
     for path in stale:
         print(f"{'out of date' if check else 'wrote'}: {path}", file=sys.stderr)

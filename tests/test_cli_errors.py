@@ -210,3 +210,17 @@ def test_a_collector_waiting_for_kafka_answers_its_probes_and_stops_on_sigterm(p
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_the_agents_commands_start_without_the_collectors_libraries() -> None:
+    """The agent's image (and the GPU machine) has no asyncpg or FastAPI: `gpuwatch export`
+    and `gpuwatch agent` must import without them (found when `export` failed on the H200)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfor m in ('asyncpg', 'fastapi', 'uvicorn'):\n    sys.modules[m] = None\n"
+            "from gpuwatch.cli import main\n"
+            "for cmd in (['export', '--help'], ['agent', '--help']):\n"
+            "    try:\n        main(cmd)\n    except SystemExit as e:\n        assert e.code in (0, None), e.code\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
