@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.launch import COPYING
 from collector.detect.level import CUSUM_H, CUSUM_WINDOW, IDLE, PLATEAU, ZERO, ActivityLevel
@@ -62,6 +63,8 @@ _STEP_S = 30.0  # a step falls within this long; peers are compared with it this
 _MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a burst of demand passes)
 WAIT = "wait"
 _ABRUPT_S = 20.0  # a fall that left the plateau less than this long ago came at once (not a drift)
+_VERDICT_EVERY_S = 5.0  # the evidence is weighed again this often during a fall (its readings come every 2 s)
+_LATELY_S = 25.0  # a fall not yet started is weighed on this much of the latest evidence
 
 
 def _median(values: list[float]) -> float:
@@ -89,16 +92,37 @@ def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
     return "steady" if (lv.tight or lv.calm) and not svc_peers else "unsure"
 
 
-def _start(lv: ActivityLevel, ts: float, cfg: DetectorConfig, mode: str) -> bool:
+def verdict(st: GpuState, since: float, ts: float) -> Verdict | None:
+    """What the host and inference-server evidence says of a fall that began at ``since``
+    (None: the agent sent none), weighed at most every few seconds."""
+    ev = st.evidence
+    if not ev.seen:
+        return None
+    cached = st.verdict
+    if cached is not None and cached[0] > ts - _VERDICT_EVERY_S and cached[1].since == since:
+        return cached[1]
+    lv = st.level
+    ref = lv.ep_ref or lv.level
+    found = ev.weigh(since, ts, min(1.0, lv.fast / ref) if ref > 0 else 1.0)
+    st.verdict = (ts, found)
+    return found
+
+
+def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str) -> bool:
+    lv = st.level
     fast = lv.fast
     if not lv.established or fast < ZERO:
         return False
-    if mode == "steady":
-        ref = lv.level
-        if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread \
-                and lv.high_within(ts, _STEP_S) >= cfg.drop_ratio * ref:  # falling to here, not rising from idle
+    ref = lv.level
+    if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread \
+            and lv.high_within(ts, _STEP_S) >= cfg.drop_ratio * ref:  # falling to here, not rising from idle
+        # a demand-driven (or not yet known) workload's fall is a steady job's when the host says why:
+        # a host-side cause is the evidence of lost capacity that its activity alone cannot give
+        found = verdict(st, (ts - _LATELY_S) // _VERDICT_EVERY_S * _VERDICT_EVERY_S, ts) if mode != "steady" else None
+        if mode == "steady" or (found is not None and found.host_side):
             lv.start_episode(ts, ref, "steady", lv.high_within(ts, _ABRUPT_S) >= PLATEAU * ref)
             return True
+    if mode == "steady":
         return False
     if lv.cusum < CUSUM_H or not lv.cusum_n:
         return False
@@ -217,7 +241,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if ts - lv.ep_start >= cfg.accept_after_s:
             lv.reset(ts)  # lower for this long: the workload's new normal, learned afresh
             return None
-    elif not _start(lv, ts, cfg, _mode(lv, svc_peers)):
+    elif not _start(st, ts, cfg, _mode(lv, svc_peers)):
         return None
     why = _explained(st, cfg)
     if why == "copy":
@@ -235,7 +259,11 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if _median([p.sm_rel for p in pod_peers]) >= RECOVERED:
             return None  # only this GPU of the pod fell: the straggler detector's case
         pod_wide = True
-    if lv.ep_mode != "steady":
+    found = verdict(st, lv.ep_start, ts)
+    if found is not None and found.cause == "demand":
+        lv.rebase()  # the server completes fewer requests and none wait: the traffic's fall, not the GPU's
+        return None
+    if lv.ep_mode != "steady" and not (found is not None and found.host_side):
         why = _demand_explains(st, ts, cfg, svc_peers, svc_changed)
         if why == WAIT:
             return _finding(st, ts, cfg, pod_peers, svc_peers, False) if is_open else None
@@ -245,7 +273,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     if is_open:
         return _finding(st, ts, cfg, pod_peers, svc_peers, False)
     depth = lv.episode_depth()
-    waits = depth <= DEEP or lv.bursty()
+    # a host-side cause says what an evaluation pass (a smooth fall) would not: the job waits
+    waits = depth <= DEEP or lv.bursty() or (found is not None and found.host_side)
     if lv.ep_mode == "step":
         hold = cfg.demand_hold_s
     elif pod_wide:
@@ -305,7 +334,13 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
                          if depth > DEEP else ""))
     if lv.ep_excused:
         causes.append(f"{lv.ep_excused:.0f} s of it looked like dips the job recovered from before (not counted)")
-    causes.append("likely input- or CPU-bound: the process is alive but the GPU waits for work")
+    found = verdict(st, lv.ep_start, ts)
+    if found is not None and found.cause not in ("none", "no_evidence"):
+        causes.append(found.text)
+    else:
+        if found is not None:
+            causes.append(found.text)
+        causes.append("likely input- or CPU-bound: the process is alive but the GPU waits for work")
     return Finding("throughput_drop", "warning", SM_ACTIVE, summary, causes, 0.0)
 
 

@@ -137,6 +137,7 @@ class DetectionEngine:
         st.temp = m.get(GPU_TEMP)
         st.reasons = int(m.get(CLOCKS_EVENT_REASONS, 0))
         st.pcie = m.get(PCIE_TX_BYTES, 0.0) + m.get(PCIE_RX_BYTES, 0.0)
+        st.evidence.observe(ts, m)
         return self._judge(st, ts, m)
 
     def feed_event(self, event: EventRecord) -> list[Change]:
@@ -173,6 +174,7 @@ class DetectionEngine:
         st.pids, st.pids_since = pids, ts
         st.level = ActivityLevel(ts)  # a new workload: its own normal
         st.fb.clear()
+        st.evidence.clear()
         st.leak = None
         st.watches.clear()
         who = next((p for p in procs if p.pod), procs[0] if procs else None)

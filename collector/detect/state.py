@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from collector.detect.anomaly import Anomaly, AnomalyKind
 from collector.detect.baseline import RobustBaseline
+from collector.detect.evidence import Evidence, Verdict
 from collector.detect.finding import Finding
 from collector.detect.level import ActivityLevel
 from telemetry.records import GpuId
@@ -71,6 +72,9 @@ class GpuState:
     watches: dict[str, Watch] = field(default_factory=dict)
     watch_ts: float = -1e18
     other_ts: float = -1e18
+    # host and inference-server readings beside the GPU's (issue 14), and the last verdict on a fall
+    evidence: Evidence = field(default_factory=Evidence)
+    verdict: tuple[float, Verdict] | None = None
     # hysteresis: since when each kind's condition holds; open anomalies and when last true
     pending: dict[AnomalyKind, float] = field(default_factory=dict)
     open: dict[AnomalyKind, tuple[Anomaly, float]] = field(default_factory=dict)

@@ -1,0 +1,195 @@
+"""Host and inference-server evidence: what the agent read beside the GPU, weighed for a fall.
+
+Why: a fall of SM activity with the process alive has many causes that the GPU's own
+counters cannot tell apart (an input stall and host CPU contention read the same on the
+H200). The agent now reads the host's side (``/proc``, the container's cgroup, the node's
+pressure-stall information) and the inference server's own figures, as catalog rows of the
+GPU record. This module keeps a thinned history of them per GPU and, when a fall is judged,
+compares the minutes before it with the time since it began:
+
+* **demand** (the server completes fewer requests and its queue did not grow): not a fault,
+  the fall is the traffic's; the caller reports no ``throughput_drop`` at all;
+* **queue growing** while the GPU does less: the bottleneck is in front of the GPU;
+* **CFS throttling** of the container: its CPU limit starves the feeding threads;
+* **host CPU contention**: the node's CPU pressure, or the process's time runnable but
+  waiting for a CPU, rose;
+* **a single busy thread** (a Python loop, the GIL): one thread at a full core feeds the GPU;
+* **waiting on input**: the feeding thread sleeps, threads blocked on I/O, PCIe receive
+  fell;
+* otherwise it says what it checked and that none of it changed, or that the agent sent no
+  host evidence (an older agent, or a host without the files).
+
+Each verdict names its numbers. A verdict that is a host-side cause is also *evidence of
+lost capacity* (issue 17 asks for it before a demand-driven workload's fall is a fault), so
+the throughput detector may report such a fall as a steady job's rather than waiting for a
+step. The thresholds are physical, not fitted to a trace: throttling in a quarter of the
+periods, a fifth of wall time with a runnable task waiting, a thread at 85% of a core.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from telemetry import keys as k
+
+EVERY: Final = 2.0  # seconds between two kept readings (the agent's host reads are per sample, 1 Hz)
+_KEEP: Final = 300  # readings kept: 10 minutes at EVERY
+BEFORE_S: Final = 120.0  # the window before a fall that says what was normal
+_GAP_S: Final = 15.0  # readings this close before the fall was seen may be of its way down: neither
+_SETTLE_S: Final = 5.0  # nor readings just after it began (rates over an interval that spans it)
+
+# the keys kept, in this order (a reading is a tuple of them; None where absent)
+KEYS: Final = (
+    k.PROCESS_CPU_CORES, k.PROCESS_BUSIEST_THREAD, k.PROCESS_RUNQUEUE_WAIT, k.PROCESS_BLOCKED_THREADS,
+    k.PROCESS_SLEEPING, k.CONTAINER_CPU_USAGE, k.CONTAINER_CPU_LIMIT, k.CONTAINER_CPU_THROTTLED,
+    k.NODE_CPU_BUSY, k.NODE_PRESSURE_CPU, k.NODE_PRESSURE_MEMORY, k.NODE_PRESSURE_IO,
+    k.INFERENCE_REQUESTS, k.INFERENCE_QUEUE, k.INFERENCE_COMPUTE, k.INFERENCE_PENDING, k.INFERENCE_RUNNING,
+    k.INFERENCE_TTFT, k.INFERENCE_KV_CACHE, k.PCIE_RX_BYTES,
+)
+_I: Final = {key: i for i, key in enumerate(KEYS)}
+_HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO] + 1))
+_SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS], _I[k.INFERENCE_KV_CACHE] + 1))
+
+THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
+PRESSURE: Final = 0.2  # some task waited for a CPU this share of wall time: the node is contended
+BUSY_THREAD: Final = 0.85  # a thread at this share of one core: it is the bottleneck
+ASLEEP: Final = 0.6  # the feeding thread asleep this share of the time: it waits for something
+DEMAND_FELL: Final = 0.6  # requests per second at or under this fraction of before: demand fell
+_ROSE: Final = 0.15  # a share that rose this much over before changed with the fall
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the evidence says about a fall: ``cause`` is a short word for tests and the API
+    (``demand``, ``queue``, ``throttled``, ``contention``, ``single_thread``, ``input``,
+    ``none`` or ``no_evidence``); ``text`` names it with its numbers."""
+
+    cause: str
+    text: str
+    since: float = 0.0  # the start of the fall it was weighed for
+
+    @property
+    def host_side(self) -> bool:
+        """A cause on the host or in front of the GPU: evidence that capacity was lost."""
+        return self.cause in ("queue", "throttled", "contention", "single_thread", "input")
+
+
+@dataclass(slots=True)
+class Evidence:
+    """A GPU's host and server readings, one every ``EVERY`` seconds, for the last minutes."""
+
+    readings: deque[tuple[float, tuple[float | None, ...]]] = field(default_factory=lambda: deque(maxlen=_KEEP))
+    seen: bool = False  # whether any reading held host or server evidence (else: an agent without it)
+
+    def observe(self, ts: float, m: dict[str, float]) -> None:
+        r = self.readings
+        if r and ts - r[-1][0] < EVERY:
+            return
+        values = tuple(m.get(key) for key in KEYS)
+        if not self.seen and any(values[i] is not None for i in _HOST | _SERVER):
+            self.seen = True
+        r.append((ts, values))
+
+    def clear(self) -> None:
+        self.readings.clear()
+        self.seen = False
+
+    def _mean(self, key: str, start: float, end: float) -> float | None:
+        i = _I[key]
+        vals = [v[i] for t, v in self.readings if start <= t <= end and v[i] is not None]
+        return sum(vals) / len(vals) if vals else None  # type: ignore[arg-type]
+
+    def windows(self, key: str, since: float, ts: float) -> tuple[float | None, float | None]:
+        """The mean of ``key`` in the minutes before ``since`` and in the time since it."""
+        return (self._mean(key, since - BEFORE_S, since - _GAP_S),
+                self._mean(key, since + _SETTLE_S, ts))
+
+    def weigh(self, since: float, ts: float, depth: float) -> Verdict:
+        """The cause of a fall that began at ``since`` (judged at ``ts``; SM activity now at
+        ``depth`` of its level), from what changed with it. Checked in this order: demand
+        first (then it is no fault at all), then what is in front of the GPU, then the host."""
+        if not self.seen:
+            return Verdict("no_evidence", "no host or inference-server evidence from this GPU's agent", since)
+        fell = f"while SM activity fell {(1.0 - depth) * 100:.0f}%"
+        for check in (self._demand, self._queue, self._throttled, self._contention, self._single_thread, self._input):
+            found = check(since, ts, fell)
+            if found is not None:
+                return Verdict(found.cause, found.text, since)
+        return Verdict("none", "no host-side cause found: the process's CPU, its container's throttling and the "
+                               "node's pressure did not change with the fall", since)
+
+    # ---- the causes, each None when its evidence is absent or unchanged ----
+    def _demand(self, since: float, ts: float, fell: str) -> Verdict | None:
+        before, now = self.windows(k.INFERENCE_REQUESTS, since, ts)
+        if before is None or now is None or before <= 0 or now > DEMAND_FELL * before:
+            return None
+        q_before, q_now = self.windows(k.INFERENCE_QUEUE, since, ts)
+        if q_before is not None and q_now is not None and q_now > 1.5 * q_before + 0.01:
+            return None  # fewer completed while more waited: capacity, not demand
+        return Verdict("demand", f"requests fell {(1.0 - now / before) * 100:.0f}% ({before:.1f} -> {now:.1f}/s) "
+                                 f"and the queue did not grow: demand, not a fault")
+
+    def _queue(self, since: float, ts: float, fell: str) -> Verdict | None:
+        q_before, q_now = self.windows(k.INFERENCE_QUEUE, since, ts)
+        p_before, p_now = self.windows(k.INFERENCE_PENDING, since, ts)
+        if q_before is not None and q_now is not None and q_now >= 2.0 * q_before + 0.05:
+            return Verdict("queue", f"queue time grew from {q_before * 1000:.0f} to {q_now * 1000:.0f} ms {fell}: "
+                                    f"the bottleneck is in front of the GPU")
+        if p_before is not None and p_now is not None and p_now >= 2.0 * p_before + 2.0:
+            return Verdict("queue", f"pending requests grew from {p_before:.0f} to {p_now:.0f} {fell}: "
+                                    f"the bottleneck is in front of the GPU")
+        return None
+
+    def _throttled(self, since: float, ts: float, fell: str) -> Verdict | None:
+        before, now = self.windows(k.CONTAINER_CPU_THROTTLED, since, ts)
+        if now is None or now < THROTTLED or (before is not None and now < before + _ROSE):
+            return None
+        limit = self._mean(k.CONTAINER_CPU_LIMIT, since, ts)
+        of = f" (limit {limit:.3g} CPUs)" if limit else ""
+        return Verdict("throttled", f"the container was CPU-throttled in {now * 100:.0f}% of periods{of} {fell}")
+
+    def _contention(self, since: float, ts: float, fell: str) -> Verdict | None:
+        before, now = self.windows(k.NODE_PRESSURE_CPU, since, ts)
+        w_before, w_now = self.windows(k.PROCESS_RUNQUEUE_WAIT, since, ts)
+        c_now = self.windows(k.PROCESS_CPU_CORES, since, ts)[1]
+        waits = w_now is not None and w_now >= 0.2 and (c_now is None or w_now >= 0.3 * c_now) \
+            and (w_before is None or w_now >= 2.0 * w_before + 0.1)
+        pressed = now is not None and now >= PRESSURE and (before is None or now >= before + _ROSE)
+        if not (pressed or waits):
+            return None
+        parts = []
+        if pressed and now is not None:
+            parts.append(f"node CPU pressure rose to {now * 100:.0f}%"
+                         + (f" (from {before * 100:.0f}%)" if before is not None else ""))
+        if waits and w_now is not None:
+            parts.append(f"the process waited for a CPU {w_now:.2f} core-seconds per second"
+                         + (f" (from {w_before:.2f})" if w_before is not None else ""))
+        busy = self.windows(k.NODE_CPU_BUSY, since, ts)[1]
+        if busy is not None:
+            parts.append(f"node CPU {busy * 100:.0f}% busy")
+        return Verdict("contention", f"{', '.join(parts)} {fell}: host CPU contention")
+
+    def _single_thread(self, since: float, ts: float, fell: str) -> Verdict | None:
+        before, now = self.windows(k.PROCESS_BUSIEST_THREAD, since, ts)
+        if now is None or now < BUSY_THREAD or (before is not None and before >= BUSY_THREAD):
+            return None
+        cores = self.windows(k.PROCESS_CPU_CORES, since, ts)[1]
+        if cores is not None and cores > now + 1.0:
+            return None  # other threads work too: the busy one is not alone in feeding the GPU
+        return Verdict("single_thread", f"one thread of the process runs at {now * 100:.0f}% of a core {fell}: "
+                                        f"a single busy thread (a Python loop, the GIL) feeds the GPU")
+
+    def _input(self, since: float, ts: float, fell: str) -> Verdict | None:
+        before, now = self.windows(k.PROCESS_SLEEPING, since, ts)
+        blocked = self.windows(k.PROCESS_BLOCKED_THREADS, since, ts)[1]
+        asleep = now is not None and now >= ASLEEP and (before is None or now >= before + _ROSE)
+        if not asleep and not (blocked is not None and blocked >= 1.0):
+            return None
+        parts = [f"the process sleeps {now * 100:.0f}% of the time" if asleep and now is not None
+                 else f"{blocked:.0f} threads of the process blocked on I/O"]
+        rx_before, rx_now = self.windows(k.PCIE_RX_BYTES, since, ts)
+        if rx_before and rx_now is not None and rx_now < 0.5 * rx_before:
+            parts.append(f"PCIe receive fell {(1.0 - rx_now / rx_before) * 100:.0f}%")
+        return Verdict("input", f"{' and '.join(parts)} {fell}: waiting on input")
