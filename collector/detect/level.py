@@ -287,8 +287,16 @@ class ActivityLevel:
         allowed = max(TIGHT, NOISE_SLACK * self.noise / math.sqrt(BLOCK_S)) * level
         on_plateau = k >= STEADY_FRACTION * (n - first)
         tight = on_plateau and self.spread <= allowed and self.noise <= NOISY
-        self.tight = worked >= EARLY_S and tight
-        self.calm = worked >= EARLY_S and on_plateau and self.noise <= CALM
+        tight_now = worked >= EARLY_S and tight
+        calm_now = worked >= EARLY_S and on_plateau and self.noise <= CALM
+        if blocks[-1][0] < floor:
+            # a fall or dip under way says nothing yet of what kind of work this is (its first
+            # blocks lower the plateau's share and raise the noise; the real H200 trace g's job
+            # stopped being "calm" two seconds into the fall that was then judged): it may
+            # confirm the hints, not undo them, until the GPU is back at its level
+            self.tight, self.calm = self.tight or tight_now, self.calm or calm_now
+            return
+        self.tight, self.calm = tight_now, calm_now
         if worked >= CLASSIFY_S and self.steady is not False:  # once seen moving with demand, it will again
             self.steady = tight
 

@@ -1,0 +1,103 @@
+"""Rebuild the host-evidence columns of a labelled trace from its sidecar log (trace g).
+
+Why: trace g was recorded (2026-12-01) by an agent that did not yet read the host, with
+``record_labelled.py``'s sidecar beside it writing the kernel's raw counters once a second
+(``/proc/stat``, PSI, the cgroup's ``cpu.stat``, the workload process's and its threads'
+CPU ticks and states). This script turns those counters into the catalog's host rows the
+way the agent's reader defines them (telemetry/catalog.py), over each sidecar interval, and
+adds them to the GPU records that have a process, so the diagnosis can be checked on a real
+H200 run's host side. What it cannot rebuild: the run-queue wait (the sidecar did not read
+``schedstat``), so ``sleeping`` is 1 - the busiest thread's CPU share, an upper bound.
+
+    python benchmarks/gpu/host_from_sidecar.py benchmarks/data/h200-labelled-g.jsonl \
+        docs/gpu-runs/2026-12-01-labelled-g-host.jsonl.gz OUT.jsonl
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import itertools
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from telemetry import keys as k
+
+HZ = 100.0  # USER_HZ: /proc ticks per second
+
+
+def _psi_total(text: str) -> float | None:
+    m = re.search(r"^some .*total=(\d+)", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def _cpu_stat(text: str) -> dict[str, float]:
+    return {p[0]: float(p[1]) for p in (line.split() for line in text.splitlines()) if len(p) == 2}
+
+
+def rows(sidecar: list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
+    out = []
+    for a, b in itertools.pairwise(sidecar):
+        dt = b["t"] - a["t"]
+        if dt <= 0:
+            continue
+        m: dict[str, float] = {}
+        sa, sb = [float(x) for x in a["stat_cpu"].split()[1:]], [float(x) for x in b["stat_cpu"].split()[1:]]
+        total = sum(sb) - sum(sa)
+        if total > 0:
+            m[k.NODE_CPU_BUSY] = 1.0 - ((sb[3] + sb[4]) - (sa[3] + sa[4])) / total
+        for what, key in (("cpu", k.NODE_PRESSURE_CPU), ("memory", k.NODE_PRESSURE_MEMORY), ("io", k.NODE_PRESSURE_IO)):
+            ta, tb = _psi_total(a[f"psi_{what}"]), _psi_total(b[f"psi_{what}"])
+            if ta is not None and tb is not None:
+                m[key] = min(1.0, max(0.0, (tb - ta) / 1e6 / dt))
+        ca, cb = _cpu_stat(a["cgroup_cpu_stat"]), _cpu_stat(b["cgroup_cpu_stat"])
+        if "usage_usec" in ca and "usage_usec" in cb:
+            m[k.CONTAINER_CPU_USAGE] = (cb["usage_usec"] - ca["usage_usec"]) / 1e6 / dt
+            periods = cb.get("nr_periods", 0.0) - ca.get("nr_periods", 0.0)
+            if periods > 0:
+                m[k.CONTAINER_CPU_THROTTLED] = (cb["nr_throttled"] - ca["nr_throttled"]) / periods
+        pa = {p["pid"]: p for p in a["procs"]}
+        cores = busiest = 0.0
+        blocked = 0
+        seen = False
+        for p in b["procs"]:
+            before = pa.get(p["pid"])
+            if before is None:
+                continue
+            seen = True
+            cores += (p["ticks"] - before["ticks"]) / HZ / dt
+            ticks = {tid: t for tid, _, t in before["threads"]}
+            for tid, state, t in p["threads"]:
+                if tid in ticks:
+                    busiest = max(busiest, (t - ticks[tid]) / HZ / dt)
+                blocked += state == "D"
+        if seen:
+            m[k.PROCESS_CPU_CORES] = cores
+            m[k.PROCESS_BUSIEST_THREAD] = min(1.0, busiest)
+            m[k.PROCESS_SLEEPING] = max(0.0, 1.0 - min(1.0, busiest))
+            m[k.PROCESS_BLOCKED_THREADS] = float(blocked)
+        out.append((b["t"], m))
+    return out
+
+
+def main() -> None:
+    trace, sidecar_path, out_path = (Path(a) for a in sys.argv[1:4])
+    opener = gzip.open if sidecar_path.suffix == ".gz" else open
+    with opener(sidecar_path, "rt", encoding="utf-8") as fh:
+        sidecar = [json.loads(line) for line in fh if line.strip()]
+    host = rows(sidecar)
+    times = [t for t, _ in host]
+    with open(trace, encoding="utf-8") as src, open(out_path, "w", encoding="utf-8") as dst:
+        for line in src:
+            rec = json.loads(line)
+            i = bisect.bisect_right(times, rec["ts"]) - 1
+            if rec.get("processes") and i >= 0 and rec["ts"] - times[i] <= 3.0:
+                rec["metrics"].update(host[i][1])
+            dst.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
