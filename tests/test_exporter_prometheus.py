@@ -651,7 +651,7 @@ def test_host_evidence_is_exported_with_catalog_type_help_and_gpu_labels(promtoo
         assert exposed.helps.get(key) == BY_KEY[key].help, key
         series = [s for s in exposed.samples if s.name == key]
         assert {s.labels["UUID"] for s in series} == set(agent.targets), key
-        assert all(DCGM_LABELS <= set(s.labels) for s in series), key
+        assert all(set(s.labels) >= DCGM_LABELS for s in series), key
     cores = {s.labels["UUID"]: s.value for s in exposed.samples if s.name == "gpuwatch_process_cpu_cores"}
     assert all(v == pytest.approx(0.5 * len(sim.compute_processes(agent.targets[u].handle))) for u, v in cores.items())
     done = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)

@@ -107,13 +107,13 @@ def test_cgroup_v1_without_psi_reads_cpuacct_and_cfs_and_leaves_pressure_absent(
     clock = Clock()
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     text = f"12:memory:{V1_PATH}\n4:cpu,cpuacct:{V1_PATH}\n1:name=systemd:{V1_PATH}\n"
+    reader = HostReader(str(proc), str(cg), clock=clock)
     for tick in (0, 1):
         write_process(proc, 7, utime=10 + 30 * tick, stime=0, cgroup=text, threads={7: ("R", tick * 300_000_000, 0)})
         write_node(proc, idle=500 + 100 * tick, busy=500, psi_us=None)
         write_cgroup_v1(cg, V1_PATH, usage_ns=tick * 300_000_000, periods=10 * tick, throttled=0)
         out: dict[str, float] = {}
         with caplog.at_level(logging.INFO, logger="agent.host.reader"):
-            reader = reader if tick else HostReader(str(proc), str(cg), clock=clock)
             reader.read("GPU-a", [7], float(tick), out)
         clock.t += 0.5
     assert out[k.PROCESS_CPU_CORES] == pytest.approx(0.6)
@@ -208,8 +208,9 @@ def test_the_real_files_of_this_machine() -> None:
 _CHILD = {
     "spin": "while True: pass",
     "sleep": "import time\nwhile True: time.sleep(0.01)",
-    "thread": "import threading, time\nthreading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()"
-              "\nwhile True: time.sleep(1)",
+    "thread": "import threading, time\n"
+              "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
+              "while True: time.sleep(1)",
 }
 
 

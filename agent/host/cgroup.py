@@ -11,7 +11,8 @@ Where the process's cgroup is comes from its /proc/<pid>/cgroup, parsed by the
 attribution code's :func:`agent.attribution.cgroup.cgroup_lines` (the same file it reads
 for the pod); the directories are under ``cgroup_root`` (``/sys/fs/cgroup``, or where the
 host's is mounted). A path that would leave the root (a process outside the reader's
-cgroup namespace shows ``/..``) is refused. Each figure is None where its file is missing; a malformed one raises ``ValueError``.
+cgroup namespace shows ``/..``) is refused. Each figure is None where its file is missing;
+a malformed one raises ``ValueError``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from agent.host.files import Read
 
-
 PSI_RESOURCES = ("cpu", "memory", "io")
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from agent.host.files import Read
 
-
 #: clock ticks per second of /proc/<pid>/stat's times (USER_HZ, 100 on Linux)
 TICKS_PER_S = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
