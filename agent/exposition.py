@@ -227,6 +227,9 @@ class _AgentCollector(Collector):
         if a.sampler is not None:
             for kind, n in a.sampler.errors.items():
                 counts[kind] = counts.get(kind, 0) + n
+            if a.sampler.host is not None:  # files of the host evidence that could not be read
+                for kind, n in a.sampler.host.errors.items():
+                    counts[kind] = counts.get(kind, 0) + n
         for kind, n in sorted(counts.items()):
             errors.add_metric([kind], n)
         yield errors

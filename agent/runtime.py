@@ -35,6 +35,7 @@ from agent import calibrate
 from agent.cpuclock import SAMPLING, TRANSPORT, ThreadCpu
 from agent.devices import GpuTarget, discover
 from agent.driver.base import Driver
+from agent.host import HostReader
 from agent.readers import READERS
 from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
@@ -103,15 +104,19 @@ class Agent:
         instance: str | None = None,
         record_sinks: Sequence[RecordSink] = (),
         event_sinks: Sequence[EventSink] = (),
+        host: HostReader | None = None,
     ) -> None:
         """``cpu_clock`` times one sample on the sampling thread; ``budget_cpu_clock`` is what the
         budget's feedback reads (default: the ``sampling`` account of ``cpu``, the agent's threads).
-        Every record and event goes to each of ``record_sinks`` and ``event_sinks``, in order."""
+        Every record and event goes to each of ``record_sinks`` and ``event_sinks``, in order.
+        ``host`` adds the host evidence of each GPU's processes to its records (read on the
+        sampling thread inside each sample's CPU cost, so the budget covers it); None: off."""
         self.driver = driver
         self.node = node
         self.instance = instance or new_instance_id()
         self.config = config or ScheduleConfig()
         self.attribution = attribution
+        self.host = host
         self.clock = clock
         self.cpu_clock = cpu_clock
         self.cpu = cpu or ThreadCpu()
@@ -150,7 +155,7 @@ class Agent:
         self.driver.init()
         self.driver_version = self.driver.driver_version()
         identify: IdentifyFn = self.attribution.identify if self.attribution else anonymous
-        self.sampler = Sampler(self.driver, self.node, self.driver_version, identify)
+        self.sampler = Sampler(self.driver, self.node, self.driver_version, identify, host=self.host)
         targets = discover(self.driver)
         if self.calibrate_calls and targets:
             whole = next((t for t in targets if t.parent is None and not t.mig_parent), targets[0])
@@ -281,6 +286,8 @@ class Agent:
             log.error("GPU %s (index %d) lost: %s; retrying with backoff", t.key, t.index, why)
             self._emit(EventRecord(now, self.node, t.key, "gpu_lost", None, why))
         t.healthy = False
+        if self.host is not None:
+            self.host.forget(t.key)
         self.healthy_count = sum(1 for x in self.targets.values() if x.healthy)
         self.errors["gpu_lost"] += 1
         t.retry_at = now + t.retry_backoff

@@ -1,7 +1,8 @@
 """Sampling one GPU target into a :class:`telemetry.records.GpuRecord`: the agent's hot path.
 
 Per sample: the fast readers, any slow readers that are due, one GPM sample, the last
-XID, and the process list with per-process utilisation and attribution. Every driver
+XID, the process list with per-process utilisation and attribution, and the host
+evidence of those processes (:mod:`agent.host`, its CPU time inside the sample's). Every driver
 call is timed (two ``perf_counter_ns`` calls, ~0.1 µs, against 1-10 µs NVML calls), which
 gives the live NVML latency metric and the "NVML floor" the overhead is compared with.
 
@@ -23,7 +24,9 @@ import pynvml as nv
 
 from agent.devices import GpuTarget
 from agent.driver.base import Driver
+from agent.host import HostReader
 from agent.readers import READERS
+from telemetry.catalog import HOST_KEYS
 from telemetry.keys import XID_ERRORS
 from telemetry.records import GpuRecord, ProcessRecord
 
@@ -101,6 +104,7 @@ class Sampler:
     errors: Counter[str] = field(default_factory=Counter)
     xid: dict[str, int] = field(default_factory=dict)  # last XID per GPU UUID (event thread)
     slow: frozenset[str] = frozenset()  # sources on their own period (set by the agent)
+    host: HostReader | None = None  # the host evidence (agent.host); None: off
     _proc_since_us: dict[str, int] = field(default_factory=dict)
     _last_util: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
 
@@ -136,6 +140,11 @@ class Sampler:
             metrics[XID_ERRORS] = self.xid.get(t.key, 0)
         processes = self._processes(t, "process_utilization" not in self.slow or "process_utilization" in slow_due) \
             if t.processes else []
+        if self.host is not None:
+            self.host.read(t.key, [p.pid for p in processes], now, metrics)
+            for key in HOST_KEYS:  # absent now (a process left, a first reading): not its old value
+                if key not in metrics:
+                    t.last_metrics.pop(key, None)
         t.last_metrics.update(metrics)
         return GpuRecord(
             ts=now, node=self.node, gpu=t.key, metrics=metrics, gpu_index=t.index, model=t.model,

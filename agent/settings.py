@@ -48,6 +48,12 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     podresources_socket: str = Field(
         "/var/lib/kubelet/pod-resources/kubelet.sock", description="kubelet PodResources socket")
     attribution: bool = Field(True, description="map processes to pods and services")
+    host_evidence: bool = Field(
+        True, description="read the CPU evidence of GPU processes, their containers and the node (/proc, cgroups, PSI)")
+    host_proc_root: str = Field(
+        "/proc", min_length=1, description="the host's /proc (e.g. /host/proc when mounted there)")
+    host_cgroup_root: str = Field(
+        "/sys/fs/cgroup", min_length=1, description="the host's cgroup mount (e.g. /host/sys/fs/cgroup)")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="log level")
     # sending to the collector (unset: /metrics only, like dcgm-exporter)
     kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -91,10 +92,16 @@ def build_agent(settings: Any, *, cpu: ThreadCpu | None = None, instance: str | 
 
             attribution = Attributor.from_environment(
                 settings.node_name, kubeconfig=settings.kubeconfig,
-                podresources_socket=settings.podresources_socket,
+                podresources_socket=settings.podresources_socket, proc_root=Path(settings.host_proc_root),
             )
+    host = None
+    if settings.host_evidence:
+        from agent.host import HostReader
+
+        # a simulated GPU's pids are not processes of this machine: only the node's figures are real
+        host = HostReader(settings.host_proc_root, settings.host_cgroup_root, processes=not settings.simulate)
     agent = Agent(driver, settings.node_name, config, attribution, cpu=cpu, instance=instance,
-                  record_sinks=record_sinks, event_sinks=event_sinks)
+                  record_sinks=record_sinks, event_sinks=event_sinks, host=host)
     log.info("agent instance %s (the 'instance' header of its messages)", agent.instance)
     return agent
 

@@ -1,7 +1,8 @@
 """The metric catalog: one table that drives sampling, the exporter, the codec and the docs.
 
-Every key is a DCGM field name exactly as NVIDIA's dcgm-exporter exposes it, in DCGM's
-units (see shared/design/TELEMETRY.md). Keeping the list as data (the habit of Datadog's
+Every GPU key is a DCGM field name exactly as NVIDIA's dcgm-exporter exposes it, in DCGM's
+units (see shared/design/TELEMETRY.md); the host evidence (cost ``host``, field ids from
+60001) is gpuwatch's own. Keeping the list as data (the habit of Datadog's
 ``dcgm`` check) means a test can assert that the sampler fills every row, the exporter
 emits every row with the declared type, and ``docs/metrics.md`` lists every row.
 
@@ -9,7 +10,11 @@ emits every row with the declared type, and ``docs/metrics.md`` lists every row.
 call (``memory`` yields used, free and reserved). ``cost`` says how the scheduler treats
 that call: ``fast`` calls run every sample, ``slow`` calls run on a period stretched to
 their measured latency, ``gpm`` metrics come from two GPM samples, and ``event`` metrics
-come from the XID event thread, not from polling.
+come from the XID event thread, not from polling. ``host`` metrics are not the GPU's: the
+agent reads them from ``/proc``, the cgroup tree and PSI for the GPU's processes and their
+containers (:mod:`agent.host`), once per sampling tick for all GPUs; their keys are
+``gpuwatch_...`` (not DCGM fields) in node-exporter's and cAdvisor's units, and their
+``source`` says which files (``proc``, ``cgroup``, ``node``: /proc/stat, ``psi``).
 
 ``resolution`` is the quantum the frame codec may round a float to: never coarser than
 1e-4 for ratios, and never coarser than the source's own resolution otherwise (NVML
@@ -37,7 +42,7 @@ from typing import Final, Literal
 from telemetry import keys as k
 
 MetricKind = Literal["gauge", "counter"]
-CostClass = Literal["fast", "slow", "gpm", "event"]
+CostClass = Literal["fast", "slow", "gpm", "event", "host"]
 RollupFn = Literal["avg", "max", "bit_or"]
 
 
@@ -89,6 +94,7 @@ _MILLI: Final = 1000.0  # mW -> W
 _PERCENT: Final = 100.0  # percent -> ratio
 _BYTES_PER_MIB: Final = float(1 << 20)  # bytes -> MiB
 _MIB_PER_BYTE: Final = 1.0 / (1 << 20)  # MiB/s -> B/s (exact: a power of two)
+_CORES: Final = 0.001  # host CPU in cores: a thousandth of a core
 _G: MetricKind = "gauge"
 _C: MetricKind = "counter"
 
@@ -200,12 +206,71 @@ CATALOG: tuple[Metric, ...] = (
         "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
         "gpm", "gpm", 1.0, nvml_divisor=_MIB_PER_BYTE,
     ),
+    # ---- host evidence (issue 14): rates over the interval since the GPU's previous sample ----
+    Metric(
+        k.PROCESS_CPU_CORES, 60001, "cores", _G,
+        "CPU time (user+system, all threads) of the GPU's processes per second of wall time (in cores).",
+        "proc", "host", _CORES,
+    ),
+    Metric(
+        k.PROCESS_BUSIEST_THREAD_RATIO, 60002, "ratio", _G,
+        "CPU time per second of the busiest single thread of the GPU's processes (0-1 of one core); near 1: one "
+        "thread (a Python loop, the GIL) feeds the GPU.", "proc", "host", RATIO, keep_max=True,
+    ),
+    Metric(
+        k.PROCESS_RUNQUEUE_WAIT_CORES, 60003, "cores", _G,
+        "Time the threads of the GPU's processes were runnable but waited for a CPU, per second (in cores; "
+        "schedstat); CPU starvation.", "proc", "host", _CORES,
+    ),
+    Metric(
+        k.PROCESS_BLOCKED_THREADS, 60004, "threads", _G,
+        "Threads of the GPU's processes in uninterruptible sleep (state D, usually I/O) at the sample.",
+        "proc", "host",
+    ),
+    Metric(
+        k.PROCESS_SLEEPING_RATIO, 60005, "ratio", _G,
+        "Share of time the busiest thread of the GPU's processes neither ran nor waited for a CPU: "
+        "1 - (its CPU time + runqueue wait) per second, 0-1; near 1: it waits on input.", "proc", "host", RATIO,
+    ),
+    Metric(
+        k.CONTAINER_CPU_USAGE_CORES, 60006, "cores", _G,
+        "CPU used by the containers (cgroups) of the GPU's processes per second (in cores).", "cgroup", "host", _CORES,
+    ),
+    Metric(
+        k.CONTAINER_CPU_LIMIT_CORES, 60007, "cores", _G,
+        "CPU limit of the containers of the GPU's processes: CFS quota / period (in cores); absent when unlimited.",
+        "cgroup", "host", _CORES,
+    ),
+    Metric(
+        k.CONTAINER_CPU_THROTTLED_RATIO, 60008, "ratio", _G,
+        "Share of the containers' CFS periods that were throttled over the interval (cpu.stat nr_throttled / "
+        "nr_periods); absent without periods (no limit).", "cgroup", "host", RATIO, keep_max=True,
+    ),
+    Metric(
+        k.NODE_CPU_BUSY_RATIO, 60009, "ratio", _G,
+        "Node CPU utilisation over the interval: 1 - (idle + iowait) / total of /proc/stat.", "node", "host", RATIO,
+    ),
+    Metric(
+        k.NODE_PRESSURE_CPU_WAITING_RATIO, 60010, "ratio", _G,
+        "Share of wall time some task waited for a CPU (PSI /proc/pressure/cpu some).", "psi", "host", RATIO,
+        keep_max=True,
+    ),
+    Metric(
+        k.NODE_PRESSURE_MEMORY_WAITING_RATIO, 60011, "ratio", _G,
+        "Share of wall time some task waited for memory (PSI /proc/pressure/memory some).", "psi", "host", RATIO,
+    ),
+    Metric(
+        k.NODE_PRESSURE_IO_WAITING_RATIO, 60012, "ratio", _G,
+        "Share of wall time some task waited for I/O (PSI /proc/pressure/io some).", "psi", "host", RATIO,
+    ),
 )
 
 BY_KEY: dict[str, Metric] = {m.key: m for m in CATALOG}
 BY_FIELD_ID: dict[int, Metric] = {m.field_id: m for m in CATALOG}
 KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG)
 SOURCES: frozenset[str] = frozenset(m.source for m in CATALOG)
+#: the host evidence's keys (read by :mod:`agent.host`, not by a driver call)
+HOST_KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG if m.cost == "host")
 
 
 def table_id() -> int:
@@ -233,7 +298,13 @@ def metrics_markdown() -> str:
         " the migrations' metric columns and names any row that still needs a migration"
         " (`collector.store.sqlgen.add_metrics_sql` writes the plain profile's).",
         "",
-        "| key | DCGM field id | unit | type | NVML source | cost | wire resolution | rollup | help |",
+        "Rows of cost `host` are not DCGM fields: the agent reads them from `/proc`, the cgroup tree (v1 or v2)"
+        " and PSI for the GPU's processes (those NVML lists on it) and their containers, once per sampling tick,"
+        " as rates over the interval since the GPU's previous sample; a value the host cannot give (no PSI, no"
+        " limit, a first reading) is absent, never 0. `GPUWATCH_HOST_EVIDENCE=false` turns them off"
+        " (see the README's agent settings).",
+        "",
+        "| key | field id | unit | type | source | cost | wire resolution | rollup | help |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in CATALOG:

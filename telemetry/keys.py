@@ -7,7 +7,8 @@ silently absent (``metrics.get(...)`` returns None). Here each name is written o
 catalog's rows (:mod:`telemetry.catalog`) are built from these constants and a lint test
 (``tests/test_catalog_lint.py``) refuses a ``"DCGM_FI_"`` literal in ``agent/``,
 ``collector/`` or ``gpuwatch/``. The constant is the key without its ``DCGM_FI_DEV_`` or
-``DCGM_FI_PROF_`` prefix.
+``DCGM_FI_PROF_`` prefix. The host-evidence keys (``gpuwatch_...``, not DCGM fields) are
+named for what they measure.
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ PCIE_TX_BYTES: Final = "DCGM_FI_PROF_PCIE_TX_BYTES"
 PCIE_RX_BYTES: Final = "DCGM_FI_PROF_PCIE_RX_BYTES"
 NVLINK_TX_BYTES: Final = "DCGM_FI_PROF_NVLINK_TX_BYTES"
 NVLINK_RX_BYTES: Final = "DCGM_FI_PROF_NVLINK_RX_BYTES"
+
+# Host evidence (issue 14): read by the agent from /proc, the cgroup tree and PSI for the processes
+# of a GPU. Not DCGM fields, so gpuwatch_-prefixed (they never collide with node-exporter's or
+# cAdvisor's series on the same Prometheus) and in node-exporter's units (cores, ratios).
+PROCESS_CPU_CORES: Final = "gpuwatch_process_cpu_cores"
+PROCESS_BUSIEST_THREAD_RATIO: Final = "gpuwatch_process_busiest_thread_ratio"
+PROCESS_RUNQUEUE_WAIT_CORES: Final = "gpuwatch_process_runqueue_wait_cores"
+PROCESS_BLOCKED_THREADS: Final = "gpuwatch_process_blocked_threads"
+PROCESS_SLEEPING_RATIO: Final = "gpuwatch_process_sleeping_ratio"
+CONTAINER_CPU_USAGE_CORES: Final = "gpuwatch_container_cpu_usage_cores"
+CONTAINER_CPU_LIMIT_CORES: Final = "gpuwatch_container_cpu_limit_cores"
+CONTAINER_CPU_THROTTLED_RATIO: Final = "gpuwatch_container_cpu_throttled_ratio"
+NODE_CPU_BUSY_RATIO: Final = "gpuwatch_node_cpu_busy_ratio"
+NODE_PRESSURE_CPU_WAITING_RATIO: Final = "gpuwatch_node_pressure_cpu_waiting_ratio"
+NODE_PRESSURE_MEMORY_WAITING_RATIO: Final = "gpuwatch_node_pressure_memory_waiting_ratio"
+NODE_PRESSURE_IO_WAITING_RATIO: Final = "gpuwatch_node_pressure_io_waiting_ratio"
 
 #: dcgm-exporter's driver-version label on every series (a label, not a metric).
 DRIVER_VERSION_LABEL: Final = "DCGM_FI_DRIVER_VERSION"

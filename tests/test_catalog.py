@@ -8,10 +8,13 @@ from agent.devices import discover
 from agent.driver.simulated import SimulatedFleet
 from agent.exposition import Exposition
 from agent.gpm import GPM_METRICS
+from agent.host import HostReader
 from agent.readers import READERS
 from agent.runtime import Agent, ScheduleConfig
 from agent.sampler import Sampler
-from telemetry.catalog import BY_FIELD_ID, BY_KEY, CATALOG, metrics_markdown
+from telemetry.catalog import BY_FIELD_ID, BY_KEY, CATALOG, HOST_KEYS, metrics_markdown
+from telemetry.keys import CONTAINER_CPU_USAGE_CORES
+from tests.support.hostfs import write_cgroup_v2, write_node, write_process
 
 ROOT = Path(__file__).resolve().parents[1]
 TELEMETRY_MD = ROOT / "docs" / "telemetry-contract.md"  # the data contract, kept in the repository
@@ -20,7 +23,10 @@ TELEMETRY_MD = ROOT / "docs" / "telemetry-contract.md"  # the data contract, kep
 def test_catalog_rows_are_unique_and_well_formed() -> None:
     assert len(BY_KEY) == len(CATALOG) == len(BY_FIELD_ID)
     for m in CATALOG:
-        assert m.key.startswith("DCGM_FI_")
+        # GPU metrics are DCGM fields; the host evidence is gpuwatch's own, with ids of its own
+        assert m.key.startswith("DCGM_FI_") != (m.cost == "host"), m.key
+        if m.cost == "host":
+            assert m.key.startswith("gpuwatch_") and 60001 <= m.field_id <= 60099 and m.kind == "gauge", m.key
         assert m.kind in ("gauge", "counter")
         assert m.help and m.unit
         if m.unit == "ratio":
@@ -64,16 +70,39 @@ def test_every_source_has_a_reader_and_readers_write_their_keys() -> None:
     assert set(GPM_METRICS) == {m.key for m in CATALOG if m.cost == "gpm"}
 
 
-def test_sampler_fills_every_catalog_key_on_an_h200() -> None:
+def test_sampler_fills_every_catalog_key_on_an_h200(tmp_path: Path) -> None:
+    """The driver's rows from the simulated H200; the host rows from the host reader, here over a
+    fake /proc and cgroup v2 tree holding the simulated GPU's process (every host row readable)."""
     now = 1000.0
     fleet = SimulatedFleet(1, clock=lambda: now, start=0.0)
     fleet.init()
-    sampler = Sampler(fleet, "n", "v")
     (target,) = discover(fleet)
+    without = Sampler(fleet, "n", "v")
+    without.sample(target, now)
+    assert set(without.sample(target, now + 0.5).metrics) == set(BY_KEY) - set(HOST_KEYS)  # host evidence off
+    (pid,) = [p.pid for p in fleet.compute_processes(target.handle)]
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    clock = [0.0]
+
+    def host_tree(tick: int) -> None:
+        write_process(proc, pid, utime=10 * tick, stime=0, cgroup="0::/pod\n",
+                      threads={pid: ("S", tick * 10**8, tick * 10**7)})
+        write_node(proc, idle=100 + tick, busy=100 + tick, psi_us={r: tick * 1000 for r in ("cpu", "memory", "io")})
+        write_cgroup_v2(cg, "/pod", usage_us=tick * 10**5, periods=10 * tick, throttled=tick)
+
+    sampler = Sampler(fleet, "n", "v", host=HostReader(str(proc), str(cg), clock=lambda: clock[0]))
+    host_tree(0)
     sampler.sample(target, now)
-    now += 1.0
-    record = sampler.sample(target, now)
+    host_tree(1)
+    clock[0] += 1.0
+    record = sampler.sample(target, now + 1.0)
     assert set(record.metrics) == set(BY_KEY)
+    # a host value that cannot be read any more is absent from the next record and from /metrics' view
+    host_tree(2)
+    (cg / "pod" / "cpu.stat").write_text("")  # e.g. a v2 cgroup whose cpu.stat lost usage_usec
+    clock[0] += 1.0
+    record = sampler.sample(target, now + 2.0)
+    assert CONTAINER_CPU_USAGE_CORES not in record.metrics and CONTAINER_CPU_USAGE_CORES not in target.last_metrics
 
 
 def test_exporter_emits_every_sampled_key_with_its_type() -> None:

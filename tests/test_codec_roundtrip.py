@@ -27,6 +27,9 @@ KEYS = [
     "DCGM_FI_PROF_SM_ACTIVE",
     "DCGM_FI_PROF_PCIE_TX_BYTES",
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "gpuwatch_process_cpu_cores",  # host evidence (issue 14): field ids 60001-60012
+    "gpuwatch_process_blocked_threads",
+    "gpuwatch_node_pressure_cpu_waiting_ratio",
     "custom.metric",
     "clé_ünïcode",
 ]
@@ -174,3 +177,23 @@ def test_a_decoder_that_joins_mid_stream_resyncs_at_the_next_keyframe(
         synced = synced or peek_header(frame).keyframe
         if synced:
             assert [exact_record(r) for r in late.decode(frame)] == [exact_record(r) for r in window]
+
+
+def test_the_host_rows_cross_the_wire_by_field_id_within_their_resolution() -> None:
+    """Every host row (issue 14) in a window, some absent in some records (a first reading, no PSI):
+    sent by field id (no key text in the frame), back within half its quantum, absent stays absent."""
+    from telemetry.catalog import HOST_KEYS
+
+    values = [(key, 3 if BY_KEY[key].is_integer else 0.12345 + j / 7) for j, key in enumerate(HOST_KEYS)]
+    window = [
+        GpuRecord(ts=1000.0 + i, node="n", gpu=GPU, metrics={
+            "DCGM_FI_DEV_GPU_UTIL": 50, **{key: v * (1 + i) for j, (key, v) in enumerate(values) if (i + j) % 3}})
+        for i in range(6)
+    ]
+    frame = FrameEncoder(quantize=True, zstd_level=None).encode(window)
+    assert not any(key.encode() in frame for key in HOST_KEYS)
+    back = FrameDecoder().decode(frame)
+    for sent, got in zip(window, back, strict=True):
+        assert set(got.metrics) == set(sent.metrics)
+        for key, value in sent.metrics.items():
+            assert abs(got.metrics[key] - value) <= BY_KEY[key].resolution / 2 + 1e-12, key

@@ -613,3 +613,47 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
         @snapshot
         class Forgotten:
             dropped_total: int = 0
+
+
+# --------------------------------------------------------------------------------------
+# host evidence (issue 14): catalog rows of cost "host", with the GPU's labels
+# --------------------------------------------------------------------------------------
+
+
+def test_host_evidence_is_exported_with_catalog_type_help_and_gpu_labels(promtool: str, tmp_path: Path) -> None:
+    from agent.host import HostReader
+    from agent.runtime import Agent
+    from telemetry.catalog import HOST_KEYS
+    from tests.support.hostfs import write_cgroup_v2, write_node, write_process
+
+    now, clock = [1000.0], [0.0]
+    sim = SimulatedFleet(2, clock=lambda: now[0], start=0.0)
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    agent = Agent(sim, NODE, ScheduleConfig(), clock=lambda: now[0], calibrate_calls=False,
+                  host=HostReader(str(proc), str(cg), clock=lambda: clock[0]))
+    agent.open()
+    pids = [p.pid for t in agent.targets.values() for p in sim.compute_processes(t.handle)]
+    for tick in range(2):
+        for pid in pids:
+            write_process(proc, pid, utime=50 * tick, stime=0, cgroup=f"0::/pod{pid}\n",
+                          threads={pid: ("S", tick * 5 * 10**8, tick * 10**8)})
+            write_cgroup_v2(cg, f"/pod{pid}", usage_us=tick * 5 * 10**5, periods=10 * tick, throttled=tick)
+        write_node(proc, idle=100 + tick, busy=100 + tick, psi_us={r: tick * 1000 for r in ("cpu", "memory", "io")})
+        for key in list(agent.targets):
+            agent.queue.put(key, now[0])  # every GPU due now: one tick
+        agent.step(now[0])
+        now[0] += 1.0
+        clock[0] += 1.0
+    text = Exposition(agent).render().decode()
+    exposed = Exposed.parse(text)
+    for key in HOST_KEYS:
+        assert exposed.types.get(key) == "gauge", key
+        assert exposed.helps.get(key) == BY_KEY[key].help, key
+        series = [s for s in exposed.samples if s.name == key]
+        assert {s.labels["UUID"] for s in series} == set(agent.targets), key
+        assert all(set(s.labels) >= DCGM_LABELS for s in series), key
+    cores = {s.labels["UUID"]: s.value for s in exposed.samples if s.name == "gpuwatch_process_cpu_cores"}
+    assert all(v == pytest.approx(0.5 * len(sim.compute_processes(agent.targets[u].handle))) for u, v in cores.items())
+    done = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
+    problems = [line for line in (done.stdout + done.stderr).decode().splitlines() if line.strip()]
+    assert not [p for p in problems if p.split(" ", 1)[0] in HOST_KEYS and CAMEL_LABEL not in p], problems

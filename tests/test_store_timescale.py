@@ -129,6 +129,9 @@ def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_ds
             "materialized_1m": await store.pool.fetchval(
                 "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
                 "WHERE view_name = 'gpu_samples_1m_v2'"),
+            "materialized_1m_host": await store.pool.fetchval(
+                "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
+                "WHERE view_name = 'gpu_samples_1m_host'"),
             "materialized_1m_v1": await store.pool.fetchval(
                 "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
                 "WHERE view_name = 'gpu_samples_1m_v1'"),
@@ -154,19 +157,23 @@ def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_ds
         # the rollups before migration 0050 (no per-metric counts), read before the cutover
         "gpu_samples_1m_v1": ("gpu_samples", False),
         "gpu_samples_1h_v1": (out["materialized_1m_v1"], False),
+        # the host evidence's own (migration 0060), joined into the gpu_samples_1m/1h views
+        "gpu_samples_1m_host": ("gpu_samples", False),
+        "gpu_samples_1h_host": (out["materialized_1m_host"], False),
     }
     jobs = {(proc, name): json.loads(config) for proc, name, config, _ in out["jobs"]}
     assert jobs[("policy_compression", "gpu_samples")]["compress_after"] == "1 day"
     assert jobs[("policy_compression", "process_samples")]["compress_after"] == "1 day"
     assert jobs[("policy_retention", "gpu_samples")]["drop_after"] == "14 days"
     assert jobs[("policy_retention", "process_samples")]["drop_after"] == "14 days"
-    for version in ("v1", "v2"):
+    for version in ("v1", "v2", "host"):
         assert jobs[("policy_retention", f"gpu_samples_1m_{version}")]["drop_after"] == "90 days"
         assert jobs[("policy_retention", f"gpu_samples_1h_{version}")]["drop_after"] == "2 years"
     assert jobs[("policy_retention", "process_samples_1m")]["drop_after"] == "90 days"
     refresh = {name: cfg for (proc, name), cfg in jobs.items() if proc == "policy_refresh_continuous_aggregate"}
-    assert set(refresh) == {"gpu_samples_1m_v2", "gpu_samples_1h_v2", "process_samples_1m"}
-    assert refresh["gpu_samples_1m_v2"]["start_offset"] == "7 days"
+    assert set(refresh) == {"gpu_samples_1m_v2", "gpu_samples_1h_v2", "process_samples_1m",
+                            "gpu_samples_1m_host", "gpu_samples_1h_host"}
+    assert refresh["gpu_samples_1m_v2"]["start_offset"] == refresh["gpu_samples_1m_host"]["start_offset"] == "7 days"
     assert refresh["gpu_samples_1h_v2"]["end_offset"] == "01:00:00"
 
 
@@ -178,7 +185,7 @@ def test_columns_equal_the_catalog_and_the_plain_profile(pglite_dsn: str) -> Non
 
     tables = with_store(pglite_dsn, body)
     expected = {m.key.lower(): ("bigint" if m.resolution == 0 else "double precision") for m in CATALOG}
-    assert {k: v for k, v in tables["gpu_samples"].items() if k.startswith("dcgm_")} == expected
+    assert {k: v for k, v in tables["gpu_samples"].items() if k not in ("ts", "gpu", "node", "extra")} == expected
     assert tables["gpu_samples"] == S.SAMPLE_COLUMNS
     assert tables["process_samples"] == S.PROCESS_COLUMNS
     for name, columns in S.ROLLUP_TABLES.items():
@@ -410,3 +417,44 @@ def test_policies_run_compression_keeps_writes_idempotent(pglite_dsn: str) -> No
     series = out["series"]
     assert series.source == "1m" and len(series.times) == 1
     assert series.values["DCGM_FI_DEV_GPU_UTIL"] == [pytest.approx((sum(range(20)) + 0 + 1 + 2) / 23)]
+
+
+def test_host_evidence_is_stored_and_read_back_raw_and_from_the_rollups(pglite_dsn: str) -> None:
+    """Migration 0060: a host value goes into the raw hypertable and comes back from the raw rows,
+    the 1-minute and the 1-hour rollup views (the GPU aggregates joined with the host ones, once
+    refreshed); a sample without it (first reading) counts for nothing in its average."""
+    from telemetry.keys import CONTAINER_CPU_THROTTLED_RATIO, PROCESS_BLOCKED_THREADS, PROCESS_CPU_CORES
+
+    gpu = "GPU-77777777-0000-4000-8000-0000000000a5"
+    t0 = T0 + timedelta(days=40)
+    series = [record(gpu, t0 + timedelta(seconds=i), {
+        "DCGM_FI_DEV_GPU_UTIL": 50, PROCESS_BLOCKED_THREADS: i % 2,
+        **({PROCESS_CPU_CORES: 0.5 + (i % 2), CONTAINER_CPU_THROTTLED_RATIO: i / 100} if i else {})})
+        for i in range(60)]
+    keys = [PROCESS_CPU_CORES, CONTAINER_CPU_THROTTLED_RATIO, PROCESS_BLOCKED_THREADS]
+    end = t0 + timedelta(hours=1)
+
+    async def body(store: Store) -> dict[str, Any]:
+        await store.write(series)
+        out: dict[str, Any] = {"raw": await store.pool.fetchrow(
+            "SELECT gpuwatch_process_cpu_cores, gpuwatch_process_blocked_threads FROM gpu_samples "
+            "WHERE gpu = $1 AND ts = $2", gpu, t0 + timedelta(seconds=3))}
+        for view in ("gpu_samples_1m_v2", "gpu_samples_1h_v2", "gpu_samples_1m_host", "gpu_samples_1h_host"):
+            await store.pool.execute(f"CALL refresh_continuous_aggregate('{view}', $1::timestamptz, $2::timestamptz)",
+                                     t0 - timedelta(hours=1), end + timedelta(hours=1))
+        out["materialized"] = [await store.gpu_series(gpu, keys, t0, end, step) for step in (timedelta(minutes=1),
+                                                                                            timedelta(hours=1))]
+        out["max"] = await store.pool.fetchval(
+            "SELECT gpuwatch_container_cpu_throttled_ratio_max FROM gpu_samples_1m WHERE gpu = $1", gpu)
+        return out
+
+    out = with_store(pglite_dsn, body)
+    assert tuple(out["raw"]) == (1.5, 1)
+    for phase in ("materialized",):  # other tests of this module move the real-time watermark: refreshed here
+        minute, hour = out[phase]
+        assert (minute.source, hour.source) == ("1m", "1h"), phase
+        want = sum(0.5 + (i % 2) for i in range(1, 60)) / 59  # 59 samples had it
+        assert minute.values[PROCESS_CPU_CORES][0] == pytest.approx(want), phase
+        assert hour.values[PROCESS_CPU_CORES] == [pytest.approx(want)], phase
+        assert minute.values[PROCESS_BLOCKED_THREADS][0] == pytest.approx(0.5), phase
+    assert out["max"] == pytest.approx(0.59)

@@ -19,9 +19,32 @@ is the container monitor, not the container, and is ignored.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["ContainerRef", "parse_cgroup"]
+__all__ = ["CgroupLine", "ContainerRef", "cgroup_lines", "parse_cgroup"]
+
+
+class CgroupLine(NamedTuple):
+    """One line of /proc/<pid>/cgroup: ``<hierarchy id>:<controllers>:<path>``.
+
+    ``controllers`` is empty for the v2 line (``0::/path``); on v1 it names the hierarchy's
+    controllers, comma-separated (``cpu,cpuacct``), which is also its directory under the
+    cgroup mount. The host-evidence reader (:mod:`agent.host.cgroup`) finds the CPU
+    controller's directory from these lines.
+    """
+
+    hierarchy: str
+    controllers: str
+    path: str
+
+
+def cgroup_lines(text: str) -> Iterator[CgroupLine]:
+    """The well-formed lines of a /proc/<pid>/cgroup text (others are skipped). Never raises."""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            yield CgroupLine(parts[0], parts[1], parts[2].strip())
 
 
 class ContainerRef(NamedTuple):
@@ -75,11 +98,8 @@ def parse_cgroup(text: str) -> ContainerRef:
     file, or a process outside any container, gives ``ContainerRef(None, None)``. Never raises.
     """
     pod_only: str | None = None
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        ref = _parse_path(parts[2].strip())
+    for line in cgroup_lines(text):
+        ref = _parse_path(line.path)
         if ref.container_id is not None:
             return ref
         if pod_only is None and ref.pod_uid is not None:

@@ -35,7 +35,7 @@ from collector.store.schema import (
     rollup_aggregates,
     rollup_metric_columns,
 )
-from telemetry.keys import NVLINK_RX_BYTES
+from telemetry.keys import NODE_PRESSURE_IO_WAITING_RATIO, NVLINK_RX_BYTES
 
 MIGRATIONS: Final = Path(__file__).resolve().parents[1] / "migrations"
 TEMPLATES: Final = MIGRATIONS / "templates"
@@ -84,9 +84,19 @@ def _view_select(columns: Sequence[MetricColumn], counts: bool) -> str:
                          break_on_hyphens=False)
 
 
+def _rollup_columns_added(columns: Sequence[MetricColumn]) -> list[str]:
+    """``ADD COLUMN`` items for a rollup table: each metric (and its ``_max``), then the counts."""
+    cols = [f"{name} {t}" for name, t in rollup_metric_columns(columns).items()]
+    return [f"ADD COLUMN {c}" for c in cols + [f"{c.count_name} bigint" for c in _avg(columns)]]
+
+
 #: block name -> its lines (joined by ",\n" at the marker's indentation), for the columns given
 LIST_BLOCKS: Final[dict[str, Callable[[Sequence[MetricColumn]], list[str]]]] = {
     "sample_columns": lambda cols: [f"{c.name} {c.sql_type}" for c in cols],
+    "sample_columns_add": lambda cols: [f"ADD COLUMN {c.name} {c.sql_type}" for c in cols],
+    "rollup_columns_add": _rollup_columns_added,
+    "host_rollup_names": lambda cols: [f"h.{name}" for name in (*rollup_metric_columns(cols),
+                                                                  *(c.count_name for c in _avg(cols)))],
     "rollup_columns": lambda cols: [f"{name} {t}" for name, t in rollup_metric_columns(cols).items()],
     "count_columns_add": lambda cols: [f"ADD COLUMN {c.count_name} bigint" for c in _avg(cols)],
     "v1_minutely": lambda cols: _select([a for a in raw_aggregates(cols) if not a[0].endswith("_n")]),
@@ -123,11 +133,17 @@ def render(template: str, columns: Sequence[MetricColumn]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Generated:
-    """One generated migration: its template, its output, and the last catalog row it covers."""
+    """One generated migration: its template, its output, and the catalog rows it covers (those
+    after ``after``, if given, up to and including ``through``)."""
 
     profile: str
     name: str
     through: str
+    after: str | None = None
+
+    def columns(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricColumn, ...]:
+        upto = columns_through(self.through, columns)
+        return upto[len(columns_through(self.after, columns)):] if self.after is not None else upto
 
     @property
     def template(self) -> Path:
@@ -138,20 +154,23 @@ class Generated:
         return MIGRATIONS / self.profile / f"{self.name}.sql"
 
     def text(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> str:
-        return render(self.template.read_text(encoding="utf-8"), columns_through(self.through, columns))
+        return render(self.template.read_text(encoding="utf-8"), self.columns(columns))
 
 
 #: every migration that lists metric columns, in version order
-GENERATED: Final[tuple[Generated, ...]] = tuple(
-    Generated(profile, name, NVLINK_RX_BYTES)
-    for name in ("0002_samples", "0003_rollups", "0050_rollup_counts")
-    for profile in ("plain", "timescale")
+GENERATED: Final[tuple[Generated, ...]] = (
+    *(Generated(profile, name, NVLINK_RX_BYTES)
+      for name in ("0002_samples", "0003_rollups", "0050_rollup_counts")
+      for profile in ("plain", "timescale")),
+    # issue 14's host evidence: columns added to the raw table and the rollups (see the templates)
+    *(Generated(profile, "0060_host_evidence", NODE_PRESSURE_IO_WAITING_RATIO, after=NVLINK_RX_BYTES)
+      for profile in ("plain", "timescale")),
 )
 
 
 def pending(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricColumn, ...]:
     """The catalog's metrics that no migration has made columns for yet (rows after the last ``through``)."""
-    covered = {c.key for g in GENERATED for c in columns_through(g.through, columns)}
+    covered = {c.key for g in GENERATED for c in g.columns(columns)}
     return tuple(c for c in columns if c.key not in covered)
 
 
@@ -159,18 +178,19 @@ def add_metrics_sql(profile: str, columns: Sequence[MetricColumn]) -> str:
     """A migration that adds ``columns`` (new catalog rows) to the raw table and the rollups.
 
     Only the plain profile: a TimescaleDB continuous aggregate cannot gain columns, so there a
-    new metric needs its rollups rebuilt the way migration 0050 did (not generated yet).
+    new metric needs continuous aggregates of its own joined into the rollup views, as
+    ``templates/timescale/0060_host_evidence.sql.in`` does (copy that template).
     """
     if profile != "plain":
         raise NotImplementedError(
-            f"the {profile} profile's continuous aggregates cannot gain columns; "
-            "a new metric there needs a hand-written migration like timescale/0050_rollup_counts.sql")
+            f"the {profile} profile's continuous aggregates cannot gain columns; a new metric there needs "
+            "a template like templates/timescale/0060_host_evidence.sql.in (aggregates of its own, joined in)")
     keys = ", ".join(c.key for c in columns)
-    raw = LIST_BLOCKS["sample_columns"](columns)
-    rollup = LIST_BLOCKS["rollup_columns"](columns) + [f"{c.count_name} bigint" for c in _avg(columns)]
+    raw = LIST_BLOCKS["sample_columns_add"](columns)
+    rollup = LIST_BLOCKS["rollup_columns_add"](columns)
     parts = [f"-- Generated by `gpuwatch catalog --sql` for catalog rows {keys}.\n"]
     for table, cols in (("gpu_samples", raw), ("gpu_samples_1m", rollup), ("gpu_samples_1h", rollup)):
-        parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(f"ADD COLUMN {c}" for c in cols) + ";\n")
+        parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(cols) + ";\n")
     return "".join(parts)
 
 
