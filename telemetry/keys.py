@@ -75,20 +75,6 @@ def short_name(key: str) -> str:
     """A key without DCGM's ``DCGM_FI_`` prefix, as summaries print it (``DEV_POWER_USAGE``)."""
     return key.removeprefix(PREFIX)
 
-# ---- host evidence (issue 14; the agent's readers of /proc, cgroups and PSI) ----
-PROCESS_CPU_CORES: Final = "gpuwatch_process_cpu_cores"
-PROCESS_BUSIEST_THREAD: Final = "gpuwatch_process_busiest_thread_ratio"
-PROCESS_RUNQUEUE_WAIT: Final = "gpuwatch_process_runqueue_wait_cores"
-PROCESS_BLOCKED_THREADS: Final = "gpuwatch_process_blocked_threads"
-PROCESS_SLEEPING: Final = "gpuwatch_process_sleeping_ratio"
-CONTAINER_CPU_USAGE: Final = "gpuwatch_container_cpu_usage_cores"
-CONTAINER_CPU_LIMIT: Final = "gpuwatch_container_cpu_limit_cores"
-CONTAINER_CPU_THROTTLED: Final = "gpuwatch_container_cpu_throttled_ratio"
-NODE_CPU_BUSY: Final = "gpuwatch_node_cpu_busy_ratio"
-NODE_PRESSURE_CPU: Final = "gpuwatch_node_pressure_cpu_waiting_ratio"
-NODE_PRESSURE_MEMORY: Final = "gpuwatch_node_pressure_memory_waiting_ratio"
-NODE_PRESSURE_IO: Final = "gpuwatch_node_pressure_io_waiting_ratio"
-
 # ---- inference-server signals (issue 14; scraped from pods that ask) ----
 INFERENCE_REQUESTS: Final = "gpuwatch_inference_requests_per_second"
 INFERENCE_QUEUE: Final = "gpuwatch_inference_queue_seconds"

@@ -48,17 +48,18 @@ def rows(sidecar: list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
         sa, sb = [float(x) for x in a["stat_cpu"].split()[1:]], [float(x) for x in b["stat_cpu"].split()[1:]]
         total = sum(sb) - sum(sa)
         if total > 0:
-            m[k.NODE_CPU_BUSY] = 1.0 - ((sb[3] + sb[4]) - (sa[3] + sa[4])) / total
-        for what, key in (("cpu", k.NODE_PRESSURE_CPU), ("memory", k.NODE_PRESSURE_MEMORY), ("io", k.NODE_PRESSURE_IO)):
+            m[k.NODE_CPU_BUSY_RATIO] = 1.0 - ((sb[3] + sb[4]) - (sa[3] + sa[4])) / total
+        for what, key in (("cpu", k.NODE_PRESSURE_CPU_WAITING_RATIO), ("memory", k.NODE_PRESSURE_MEMORY_WAITING_RATIO),
+                          ("io", k.NODE_PRESSURE_IO_WAITING_RATIO)):
             ta, tb = _psi_total(a[f"psi_{what}"]), _psi_total(b[f"psi_{what}"])
             if ta is not None and tb is not None:
                 m[key] = min(1.0, max(0.0, (tb - ta) / 1e6 / dt))
         ca, cb = _cpu_stat(a["cgroup_cpu_stat"]), _cpu_stat(b["cgroup_cpu_stat"])
         if "usage_usec" in ca and "usage_usec" in cb:
-            m[k.CONTAINER_CPU_USAGE] = (cb["usage_usec"] - ca["usage_usec"]) / 1e6 / dt
+            m[k.CONTAINER_CPU_USAGE_CORES] = (cb["usage_usec"] - ca["usage_usec"]) / 1e6 / dt
             periods = cb.get("nr_periods", 0.0) - ca.get("nr_periods", 0.0)
             if periods > 0:
-                m[k.CONTAINER_CPU_THROTTLED] = (cb["nr_throttled"] - ca["nr_throttled"]) / periods
+                m[k.CONTAINER_CPU_THROTTLED_RATIO] = (cb["nr_throttled"] - ca["nr_throttled"]) / periods
         pa = {p["pid"]: p for p in a["procs"]}
         cores = busiest = 0.0
         blocked = 0
@@ -76,8 +77,8 @@ def rows(sidecar: list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
                 blocked += state == "D"
         if seen:
             m[k.PROCESS_CPU_CORES] = cores
-            m[k.PROCESS_BUSIEST_THREAD] = min(1.0, busiest)
-            m[k.PROCESS_SLEEPING] = max(0.0, 1.0 - min(1.0, busiest))
+            m[k.PROCESS_BUSIEST_THREAD_RATIO] = min(1.0, busiest)
+            m[k.PROCESS_SLEEPING_RATIO] = max(0.0, 1.0 - min(1.0, busiest))
             m[k.PROCESS_BLOCKED_THREADS] = float(blocked)
         out.append((b["t"], m))
     return out

@@ -236,10 +236,9 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         return None
     if lv.ep_ref:
         if lv.recovered(ts, BAND + (cfg.drop_ratio if lv.ep_mode == "steady" else cfg.step_ratio)):
-            # a fall that was reported is an incident, not the job's rhythm: learned as a dip, it
-            # would excuse the next incident of its depth (the real H200 trace g: a stall, then a
-            # single-thread input of the same depth, excused)
-            lv.end_episode(ts, learn_dip="throughput_drop" not in st.open, dip_max_s=DIP_MAX_S)
+            # a fall that was reported is the job's rhythm only once it recurs minutes later; sooner, it
+            # would excuse the next incident of its depth (level.py ``_like``)
+            lv.end_episode(ts, learn_dip=True, dip_max_s=DIP_MAX_S, reported="throughput_drop" in st.open)
             return None
         if ts - lv.ep_start >= cfg.accept_after_s:
             lv.reset(ts)  # lower for this long: the workload's new normal, learned afresh

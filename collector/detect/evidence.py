@@ -42,14 +42,15 @@ _SETTLE_S: Final = 5.0  # nor readings just after it began (rates over an interv
 
 # the keys kept, in this order (a reading is a tuple of them; None where absent)
 KEYS: Final = (
-    k.PROCESS_CPU_CORES, k.PROCESS_BUSIEST_THREAD, k.PROCESS_RUNQUEUE_WAIT, k.PROCESS_BLOCKED_THREADS,
-    k.PROCESS_SLEEPING, k.CONTAINER_CPU_USAGE, k.CONTAINER_CPU_LIMIT, k.CONTAINER_CPU_THROTTLED,
-    k.NODE_CPU_BUSY, k.NODE_PRESSURE_CPU, k.NODE_PRESSURE_MEMORY, k.NODE_PRESSURE_IO,
+    k.PROCESS_CPU_CORES, k.PROCESS_BUSIEST_THREAD_RATIO, k.PROCESS_RUNQUEUE_WAIT_CORES, k.PROCESS_BLOCKED_THREADS,
+    k.PROCESS_SLEEPING_RATIO, k.CONTAINER_CPU_USAGE_CORES, k.CONTAINER_CPU_LIMIT_CORES, k.CONTAINER_CPU_THROTTLED_RATIO,
+    k.NODE_CPU_BUSY_RATIO, k.NODE_PRESSURE_CPU_WAITING_RATIO, k.NODE_PRESSURE_MEMORY_WAITING_RATIO,
+    k.NODE_PRESSURE_IO_WAITING_RATIO,
     k.INFERENCE_REQUESTS, k.INFERENCE_QUEUE, k.INFERENCE_COMPUTE, k.INFERENCE_PENDING, k.INFERENCE_RUNNING,
     k.INFERENCE_TTFT, k.INFERENCE_KV_CACHE, k.PCIE_RX_BYTES,
 )
 _I: Final = {key: i for i, key in enumerate(KEYS)}
-_HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO] + 1))
+_HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO_WAITING_RATIO] + 1))
 _SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS], _I[k.INFERENCE_KV_CACHE] + 1))
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
@@ -144,16 +145,16 @@ class Evidence:
         return None
 
     def _throttled(self, since: float, ts: float, fell: str) -> Verdict | None:
-        before, now = self.windows(k.CONTAINER_CPU_THROTTLED, since, ts)
+        before, now = self.windows(k.CONTAINER_CPU_THROTTLED_RATIO, since, ts)
         if now is None or now < THROTTLED or (before is not None and now < before + _ROSE):
             return None
-        limit = self._mean(k.CONTAINER_CPU_LIMIT, since, ts)
+        limit = self._mean(k.CONTAINER_CPU_LIMIT_CORES, since, ts)
         of = f" (limit {limit:.3g} CPUs)" if limit else ""
         return Verdict("throttled", f"the container was CPU-throttled in {now * 100:.0f}% of periods{of} {fell}")
 
     def _contention(self, since: float, ts: float, fell: str) -> Verdict | None:
-        before, now = self.windows(k.NODE_PRESSURE_CPU, since, ts)
-        w_before, w_now = self.windows(k.PROCESS_RUNQUEUE_WAIT, since, ts)
+        before, now = self.windows(k.NODE_PRESSURE_CPU_WAITING_RATIO, since, ts)
+        w_before, w_now = self.windows(k.PROCESS_RUNQUEUE_WAIT_CORES, since, ts)
         c_now = self.windows(k.PROCESS_CPU_CORES, since, ts)[1]
         waits = w_now is not None and w_now >= 0.2 and (c_now is None or w_now >= 0.3 * c_now) \
             and (w_before is None or w_now >= 2.0 * w_before + 0.1)
@@ -167,7 +168,7 @@ class Evidence:
         if waits and w_now is not None:
             parts.append(f"the process waited for a CPU {w_now:.2f} core-seconds per second"
                          + (f" (from {w_before:.2f})" if w_before is not None else ""))
-        busy = self.windows(k.NODE_CPU_BUSY, since, ts)[1]
+        busy = self.windows(k.NODE_CPU_BUSY_RATIO, since, ts)[1]
         if busy is not None:
             parts.append(f"node CPU {busy * 100:.0f}% busy")
         return Verdict("contention", f"{', '.join(parts)} {fell}: host CPU contention")
@@ -177,7 +178,7 @@ class Evidence:
         threads worked too. Not "the busiest thread got busier": a PyTorch loop's main thread
         runs near a full core all the time (it launches and waits spinning; the real H200
         trace g read 0.92 in normal training and 0.99 when its input work fell to one thread)."""
-        busy = self.windows(k.PROCESS_BUSIEST_THREAD, since, ts)[1]
+        busy = self.windows(k.PROCESS_BUSIEST_THREAD_RATIO, since, ts)[1]
         c_before, c_now = self.windows(k.PROCESS_CPU_CORES, since, ts)
         if busy is None or c_now is None or busy < BUSY_THREAD or c_now > busy + _ALONE:
             return None
@@ -189,7 +190,7 @@ class Evidence:
                                         f"feeds the GPU")
 
     def _input(self, since: float, ts: float, fell: str) -> Verdict | None:
-        before, now = self.windows(k.PROCESS_SLEEPING, since, ts)
+        before, now = self.windows(k.PROCESS_SLEEPING_RATIO, since, ts)
         blocked = self.windows(k.PROCESS_BLOCKED_THREADS, since, ts)[1]
         asleep = now is not None and now >= ASLEEP and (before is None or now >= before + _ROSE)
         if not asleep and not (blocked is not None and blocked >= 1.0):

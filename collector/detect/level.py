@@ -76,6 +76,7 @@ PHASE_MIB = 2048.0
 PHASE_FRACTION = 0.15
 BURSTY = 0.2  # samples of a fall that vary this much about their mean (or 2.5x the plateau's): bursts
 DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
+REPEAT_S = 300.0  # a reported fall recurs as the job's rhythm no sooner than this after it ended
 RECOVER_S = 10.0  # a fall ends when activity has been back this long
 ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
 RECENT_BLOCKS = 34  # block means kept for the anchor (a little more than ANCHOR_FROM)
@@ -146,7 +147,7 @@ class ActivityLevel:
         self._anchor_ts = since
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
         # (start, depth: SM / reference, seconds, whether its samples came in bursts)
-        self.dips: deque[tuple[float, float, float, bool]] = deque(maxlen=8)
+        self.dips: deque[tuple[float, float, float, bool, bool]] = deque(maxlen=8)
         # the fall being judged, if any: reference level, since when, how, whether it came within seconds;
         # its samples' sum, count, last one and the sum of the changes between them; its blocks' depths
         self.ep_ref = 0.0
@@ -404,15 +405,17 @@ class ActivityLevel:
         self.ep_sum += sm
         self.ep_n += 1
 
-    def end_episode(self, ts: float | None = None, learn_dip: bool = False, dip_max_s: float = 0.0) -> None:
+    def end_episode(self, ts: float | None = None, learn_dip: bool = False, dip_max_s: float = 0.0,
+                    reported: bool = False) -> None:
         """Close the fall being judged; one that recovered within ``dip_max_s`` is remembered as a
         dip: its typical depth (the median of its blocks', so a checkpoint running into an
-        evaluation is remembered by the longer part) and how long it lasted."""
+        evaluation is remembered by the longer part), how long it lasted, and whether it was
+        ``reported`` as an anomaly (then it is the job's rhythm only once it recurs: ``_like``)."""
         if self.ep_up >= 0 and ts is not None:
             ts = self.ep_up  # it ended when activity came back
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
-            self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty()))
+            self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty(), reported))
         self.ep_ref = 0.0
         self.ep_mode = ""
         self.ep_n = 0
@@ -464,10 +467,15 @@ class ActivityLevel:
         quarter of the deeper one's depth, and of the same character (a smooth evaluation pass
         says nothing about a fall that comes in bursts, nor the other way round). Once two such
         dips give the job's period (evaluation every N steps), only a run that begins on that
-        rhythm (within 10% of the period, at least a minute) is allowed."""
+        rhythm (within 10% of the period, at least a minute) is allowed. A dip that was reported
+        as an anomaly says nothing of a fall that begins within ``REPEAT_S`` of its end: that is
+        the next incident (the real H200 trace g: a single-thread input fall 22 s after a stall
+        of its depth), not the job's next evaluation (a rhythm of minutes)."""
         best, longest, last, prev = -1, 0.0, -1.0, -1.0
         bursts = self.bursty()
-        for i, (t, d, seconds, bursty) in enumerate(self.dips):
+        for i, (t, d, seconds, bursty, reported) in enumerate(self.dips):
+            if reported and start - (t + seconds) < REPEAT_S:
+                continue
             if bursty == bursts and abs(d - depth) <= max(0.05, 0.25 * max(d, depth)):
                 best = i
                 longest = max(longest, seconds)

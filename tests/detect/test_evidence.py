@@ -44,32 +44,34 @@ def _drops(anomalies: list[Anomaly]) -> list[Anomaly]:
 
 
 def _contention(t: float, fallen: bool) -> dict[str, float]:
-    return {k.NODE_PRESSURE_CPU: 0.65 if fallen else 0.03, k.PROCESS_RUNQUEUE_WAIT: 2.5 if fallen else 0.05,
-            k.PROCESS_CPU_CORES: 3.0 if fallen else 6.0, k.NODE_CPU_BUSY: 1.0 if fallen else 0.45,
-            k.PROCESS_BUSIEST_THREAD: 0.6, k.PROCESS_SLEEPING: 0.3}
+    return {k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.65 if fallen else 0.03,
+            k.PROCESS_RUNQUEUE_WAIT_CORES: 2.5 if fallen else 0.05,
+            k.PROCESS_CPU_CORES: 3.0 if fallen else 6.0, k.NODE_CPU_BUSY_RATIO: 1.0 if fallen else 0.45,
+            k.PROCESS_BUSIEST_THREAD_RATIO: 0.6, k.PROCESS_SLEEPING_RATIO: 0.3}
 
 
 def _single_thread(t: float, fallen: bool) -> dict[str, float]:
     # the main thread of a PyTorch loop runs near a full core all along (trace g: 0.92, then 0.99)
-    return {k.PROCESS_BUSIEST_THREAD: 0.99 if fallen else 0.92, k.PROCESS_CPU_CORES: 1.0 if fallen else 11.0,
-            k.NODE_PRESSURE_CPU: 0.0, k.PROCESS_RUNQUEUE_WAIT: 0.01, k.PROCESS_SLEEPING: 0.0 if fallen else 0.3}
+    return {k.PROCESS_BUSIEST_THREAD_RATIO: 0.99 if fallen else 0.92, k.PROCESS_CPU_CORES: 1.0 if fallen else 11.0,
+            k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.0,
+            k.PROCESS_RUNQUEUE_WAIT_CORES: 0.01, k.PROCESS_SLEEPING_RATIO: 0.0 if fallen else 0.3}
 
 
 def _input(t: float, fallen: bool) -> dict[str, float]:
-    return {k.PROCESS_SLEEPING: 0.9 if fallen else 0.2, k.PROCESS_CPU_CORES: 1.0 if fallen else 6.0,
-            k.PROCESS_BUSIEST_THREAD: 0.1 if fallen else 0.6, k.NODE_PRESSURE_CPU: 0.0,
-            k.PROCESS_RUNQUEUE_WAIT: 0.01}
+    return {k.PROCESS_SLEEPING_RATIO: 0.9 if fallen else 0.2, k.PROCESS_CPU_CORES: 1.0 if fallen else 6.0,
+            k.PROCESS_BUSIEST_THREAD_RATIO: 0.1 if fallen else 0.6, k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.0,
+            k.PROCESS_RUNQUEUE_WAIT_CORES: 0.01}
 
 
 def _throttled(t: float, fallen: bool) -> dict[str, float]:
-    return {k.CONTAINER_CPU_THROTTLED: 0.85 if fallen else 0.02, k.CONTAINER_CPU_LIMIT: 2.0,
-            k.CONTAINER_CPU_USAGE: 2.0, k.PROCESS_CPU_CORES: 2.0, k.PROCESS_BUSIEST_THREAD: 0.6,
-            k.NODE_PRESSURE_CPU: 0.0}
+    return {k.CONTAINER_CPU_THROTTLED_RATIO: 0.85 if fallen else 0.02, k.CONTAINER_CPU_LIMIT_CORES: 2.0,
+            k.CONTAINER_CPU_USAGE_CORES: 2.0, k.PROCESS_CPU_CORES: 2.0, k.PROCESS_BUSIEST_THREAD_RATIO: 0.6,
+            k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.0}
 
 
 def _unchanged(t: float, fallen: bool) -> dict[str, float]:
-    return {k.PROCESS_CPU_CORES: 6.0, k.PROCESS_BUSIEST_THREAD: 0.6, k.NODE_PRESSURE_CPU: 0.02,
-            k.PROCESS_RUNQUEUE_WAIT: 0.05, k.PROCESS_SLEEPING: 0.3, k.CONTAINER_CPU_THROTTLED: 0.0}
+    return {k.PROCESS_CPU_CORES: 6.0, k.PROCESS_BUSIEST_THREAD_RATIO: 0.6, k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.02,
+            k.PROCESS_RUNQUEUE_WAIT_CORES: 0.05, k.PROCESS_SLEEPING_RATIO: 0.3, k.CONTAINER_CPU_THROTTLED_RATIO: 0.0}
 
 
 @pytest.mark.parametrize(("host", "words"), [
@@ -100,7 +102,7 @@ def _serving(requests: Callable[[float, bool], float], queue: Callable[[float, b
     def host(t: float, fallen: bool) -> dict[str, float]:
         return {k.INFERENCE_REQUESTS: requests(t, fallen), k.INFERENCE_QUEUE: queue(t, fallen),
                 k.INFERENCE_PENDING: 40.0 * queue(t, fallen), k.PROCESS_CPU_CORES: 2.0,
-                k.NODE_PRESSURE_CPU: 0.01}
+                k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.01}
     return host
 
 
@@ -140,7 +142,7 @@ def test_a_host_side_cause_is_the_evidence_of_lost_capacity_a_drift_lacks() -> N
 def test_weighing_reads_nothing_into_absent_or_partial_readings() -> None:
     ev = Evidence()
     for s in range(200):
-        ev.observe(float(s), {k.NODE_PRESSURE_CPU: 0.5} if s > 150 else {})
+        ev.observe(float(s), {k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.5} if s > 150 else {})
     assert ev.weigh(140.0, 200.0, 0.4).cause == "contention"  # no 'before': judged on its own level
     ev2 = Evidence()
     for s in range(200):
