@@ -155,10 +155,10 @@ def _process(obj: object, where: str) -> ProcessProfile:
     out: list[Stack] = []
     for j, item in enumerate(stacks):
         if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str) or not item[0]
-                or len(item[0]) > MAX_STACK_CHARS or "\n" in item[0]
+                or len(item[0]) > MAX_STACK_CHARS or "\n" in item[0] or "\0" in item[0]
                 or isinstance(item[1], bool) or not isinstance(item[1], int) or item[1] <= 0):
             raise ValueError(f"profile message field '{where}.stacks[{j}]' must be [\"frame;frame;...\", count > 0] "
-                             f"(a stack of at most {MAX_STACK_CHARS} characters, no newline)")
+                             f"(a stack of at most {MAX_STACK_CHARS} characters, no newline or NUL)")
         out.append((item[0], item[1]))
     return ProcessProfile(_int(obj, "pid", 1, 2**31 - 1, where), _status(obj, "status", where),
                           _text(obj, "reason", where=where)[:MAX_REASON_CHARS],
@@ -171,9 +171,9 @@ def _name(key: str, where: str) -> str:
 
 def _text(obj: dict[str, object], key: str, *, nonempty: bool = False, where: str = "") -> str:
     value = obj.get(key, "")
-    if not isinstance(value, str) or (nonempty and not value):
+    if not isinstance(value, str) or (nonempty and not value) or "\0" in value:
         raise ValueError(f"profile message field {_name(key, where)} must be a{' non-empty' if nonempty else ''} "
-                         "string")
+                         "string (without NUL)")
     return value
 
 
