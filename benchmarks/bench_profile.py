@@ -89,7 +89,7 @@ def main() -> int:
     base_total, during_total = sum(base.values()), sum(during.values())
     capture = during.get(PROFILE, 0.0)
     out = {
-        "machine": f"{platform.machine()}, {platform.processor() or platform.node()}, Python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {platform.node()}, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"), "simulated_gpus": args.simulate, "window_s": args.seconds,
         "capture": f"{args.duration:g} s at {args.rate} Hz", "status": status,
         "samples": result.processes[0].samples if result and result.processes else 0,

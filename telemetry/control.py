@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from telemetry.wire import TYPE_HEADER, Headers, MessageType
+from telemetry.wire import TYPE_HEADER, Headers, MessageType, json_object
 
 #: The telemetry topic unless configured (agent and collector settings default to it).
 DEFAULT_TOPIC = "gpu.telemetry"
@@ -45,8 +45,24 @@ class ControlError(ValueError):
     """A control message that cannot be read; the text names what was wrong."""
 
 
+class _ToAgent:
+    """What a request to one agent has: the node (and instance, None: any agent there) it is for."""
+
+    __slots__ = ()
+    node: str
+    instance: str | None
+
+    def matches(self, node: str, instance: str | None) -> bool:
+        """Whether an agent on ``node`` with ``instance`` should act on this request."""
+        return self.node == node and (self.instance is None or self.instance == instance)
+
+    def key(self) -> bytes:
+        """Its Kafka key: the node, so one agent's requests stay in order."""
+        return self.node.encode()
+
+
 @dataclass(frozen=True, slots=True)
-class KeyframeRequest:
+class KeyframeRequest(_ToAgent):
     """Ask the agent of ``node`` (and ``instance``, if set) for a keyframe of ``gpu``
     (of every GPU when ``gpu`` is None)."""
 
@@ -56,19 +72,9 @@ class KeyframeRequest:
     ts: float
     instance: str | None = None
 
-    def matches(self, node: str, instance: str | None) -> bool:
-        """Whether an agent on ``node`` with ``instance`` should act on this request."""
-        return self.node == node and (self.instance is None or self.instance == instance)
-
-    def key(self) -> bytes:
-        return self.node.encode()
-
     def encode(self) -> bytes:
-        body: dict[str, object] = {"type": MessageType.KEYFRAME_REQUEST.value, "node": self.node, "gpu": self.gpu,
-                                   "reason": self.reason, "ts": self.ts}
-        if self.instance is not None:
-            body["instance"] = self.instance
-        return json.dumps(body, separators=(",", ":")).encode()
+        return _encode(MessageType.KEYFRAME_REQUEST, self.instance, node=self.node, gpu=self.gpu, reason=self.reason,
+                       ts=self.ts)
 
     @classmethod
     def decode(cls, raw: bytes) -> KeyframeRequest:
@@ -89,7 +95,7 @@ class KeyframeRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileRequest:
+class ProfileRequest(_ToAgent):
     """Ask the agent of ``node`` (and ``instance``, if set) for a CPU profile of the processes on
     ``gpu``, because anomaly ``anomaly`` (the collector's row id, echoed in the answer) opened."""
 
@@ -99,19 +105,9 @@ class ProfileRequest:
     ts: float
     instance: str | None = None
 
-    def matches(self, node: str, instance: str | None) -> bool:
-        """Whether an agent on ``node`` with ``instance`` should act on this request."""
-        return self.node == node and (self.instance is None or self.instance == instance)
-
-    def key(self) -> bytes:
-        return self.node.encode()
-
     def encode(self) -> bytes:
-        body: dict[str, object] = {"type": MessageType.PROFILE_REQUEST.value, "node": self.node, "gpu": self.gpu,
-                                   "anomaly": self.anomaly, "ts": self.ts}
-        if self.instance is not None:
-            body["instance"] = self.instance
-        return json.dumps(body, separators=(",", ":")).encode()
+        return _encode(MessageType.PROFILE_REQUEST, self.instance, node=self.node, gpu=self.gpu, anomaly=self.anomaly,
+                       ts=self.ts)
 
     @classmethod
     def decode(cls, raw: bytes) -> ProfileRequest:
@@ -132,6 +128,13 @@ class ProfileRequest:
         return cls(node, gpu, anomaly, _ts(ts), instance)
 
 
+def _encode(kind: MessageType, instance: str | None, **fields: object) -> bytes:
+    body: dict[str, object] = {"type": kind.value, **fields}
+    if instance is not None:
+        body["instance"] = instance
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def decode_control(raw: bytes) -> KeyframeRequest | ProfileRequest:
     """Any control message, by its ``type`` field; :class:`ControlError` names what was wrong."""
     body = _object(raw, None)
@@ -145,12 +148,7 @@ def decode_control(raw: bytes) -> KeyframeRequest | ProfileRequest:
 
 
 def _object(raw: bytes, expected: MessageType | None) -> dict[str, object]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ControlError(f"control message is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ControlError("control message is not a JSON object")
+    body = json_object(raw, "control message", ControlError)
     if expected is not None and body.get("type") != expected.value:
         raise ControlError(f"control message type {body.get('type')!r} is not '{expected.value}'")
     return body

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias, get_args
 
-from telemetry.wire import MessageType
+from telemetry.wire import MessageType, json_object
 
 Status: TypeAlias = Literal[
     "captured", "disabled", "no_process", "not_python", "process_gone", "rate_limited", "cpu_budget",
@@ -110,12 +110,7 @@ class ProfileResult:
         """A profile message's value; :class:`ValueError` names the field that was wrong."""
         if len(raw) > MAX_VALUE_BYTES:
             raise ValueError(f"profile message of {len(raw)} bytes is over the {MAX_VALUE_BYTES}-byte limit")
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"profile message is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ValueError("profile message is not a JSON object")
+        body = json_object(raw, "profile message")
         if body.get("type") != MessageType.PROFILE.value:
             raise ValueError(f"profile message field 'type' is {body.get('type')!r}, not 'profile'")
         node, gpu = _text(body, "node", nonempty=True), _text(body, "gpu", nonempty=True)

@@ -102,3 +102,14 @@ def decode_event(value: bytes) -> EventRecord:
     if not isinstance(detail, str):
         raise ValueError("field 'detail' must be a string")
     return EventRecord(float(obj["ts"]), obj["node"], obj["gpu"], obj["kind"], code, detail)
+
+
+def json_object(raw: bytes, what: str, error: type[ValueError] = ValueError) -> dict[str, object]:
+    """``raw`` as one JSON object; ``error`` (``"<what> is not JSON: ..."``) when it is not."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{what} is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise error(f"{what} is not a JSON object")
+    return body
