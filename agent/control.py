@@ -1,4 +1,4 @@
-"""The agent's end of the control channel: keyframe requests from the collector.
+"""The agent's end of the control channel: keyframe and profile requests from the collector.
 
 Frames are deltas, so a collector that lost a stream's base (a broker that came back
 empty, a dead-lettered frame) cannot decode that GPU until its next scheduled keyframe,
@@ -6,7 +6,9 @@ minutes away for an idle GPU. It asks instead, with a :class:`telemetry.control.
 on ``<telemetry topic>.control``. This listener reads that topic from its end (a request
 older than this process is not for it), keeps the requests for its node and instance,
 and hands each to ``on_request(gpu)`` (``None``: every GPU), which the agent wires to
-:meth:`agent.framing.Framer.request_keyframe`.
+:meth:`agent.framing.Framer.request_keyframe`. A :class:`telemetry.control.ProfileRequest`
+for this agent goes to ``on_profile`` (:meth:`agent.profiling.Profiler.request`), which
+queues it and returns at once.
 
 A malformed control message is counted and skipped with one log line (rate-limited);
 nothing in it can stop the listener. The listener runs on a thread of its own, counted
@@ -28,12 +30,13 @@ from aiokafka.errors import KafkaError
 from agent.cpuclock import TRANSPORT, ThreadCpu
 from agent.kafka_settings import KafkaSettings
 from agent.stats import counter, gauge, snapshot
-from telemetry.control import ControlError, KeyframeRequest, control_topic
+from telemetry.control import ControlError, ProfileRequest, control_topic, decode_control
 from telemetry.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
 OnRequest = Callable[[str | None], None]
+OnProfile = Callable[[ProfileRequest], None]
 BACKOFF_S = (0.5, 30.0)
 
 
@@ -57,6 +60,7 @@ class ControlListener:
         instance: str,
         on_request: OnRequest,
         *,
+        on_profile: OnProfile | None = None,
         cpu: ThreadCpu | None = None,
     ) -> None:
         self.settings = settings
@@ -64,6 +68,7 @@ class ControlListener:
         self.node = node
         self.instance = instance
         self.on_request = on_request
+        self.on_profile = on_profile
         self.cpu = cpu or ThreadCpu()
         self._errors = RateLimitedLog(log)
         self._thread: threading.Thread | None = None
@@ -83,10 +88,14 @@ class ControlListener:
         """Act on one control message (``where`` names it in a log line)."""
         self.messages_total += 1
         try:
-            request = KeyframeRequest.decode(value or b"")
+            request = decode_control(value or b"")
         except ControlError as exc:
             self.malformed_total += 1
             self._errors.warning("malformed", "control message %s skipped: %s", where, exc)
+            return
+        if isinstance(request, ProfileRequest):
+            if self.on_profile is not None and request.matches(self.node, self.instance):
+                self.on_profile(request)
             return
         if request.matches(self.node, self.instance):
             self.requests_total += 1

@@ -216,7 +216,8 @@ class _AgentCollector(Collector):
         cpu = CounterMetricFamily(
             "gpuwatch_agent_cpu_seconds",
             "CPU time of the agent's own threads by account: sampling (sampling and XID threads, what "
-            "the CPU budget governs), transport (framing, Kafka, spool), http (/metrics requests).",
+            "the CPU budget governs), transport (framing, Kafka, spool), http (/metrics requests), profile "
+            "(py-spy captures, py-spy's own CPU included; present once profiling is on).",
             labels=["account"])
         for account, seconds in sorted(a.cpu.accounts().items()):
             cpu.add_metric([account], max(0.0, seconds))

@@ -67,6 +67,15 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
         8.0, ge=0.0625, le=1024, description="spool segment size; the bound drops whole segments, oldest first")
     frame_window: int = Field(10, ge=1, le=3600, description="records per frame at most")
     frame_max_delay: float = Field(1.0, gt=0, le=60, description="seconds a record may wait for its frame")
+    # a CPU profile of the Python processes on a GPU when a throughput drop opens there (agent.profiling)
+    profile: bool = Field(False, description="take py-spy profiles when the collector asks (needs SYS_PTRACE)")
+    profile_duration_s: float = Field(5.0, ge=1, le=60, description="length of one capture, s")
+    profile_rate_hz: int = Field(100, ge=1, le=1000, description="py-spy's sampling rate, Hz")
+    profile_period_s: float = Field(600.0, ge=10, description="at most one capture per process in this period, s")
+    profile_max_kb: int = Field(256, ge=8, le=900, description="folded stacks of one answer at most, KiB")
+    profile_cpu_budget: float = Field(
+        0.01, gt=0, le=1, description="CPU budget of profiling (py-spy's own CPU included), fraction of one core")
+    profile_py_spy: str | None = Field(None, description="the py-spy binary (default: on PATH or beside python)")
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentSettings:

@@ -7,6 +7,9 @@ hand batches of :class:`Inbound` here. For each message:
   agent instance and GPU); records are validated; a frame that fails either goes to the
   dead-letter sink with the reason, and never blocks the rest;
 * ``type=event``: JSON of an :class:`~telemetry.records.EventRecord`;
+* ``type=profile``: an agent's CPU profile for an anomaly (:class:`~telemetry.profile.ProfileResult`),
+  stored on that anomaly by :attr:`Ingestor.profiles` once the batch's records are; one that
+  names no anomaly of its GPU is dead-lettered;
 * anything else: dead-lettered.
 
 Frames are deltas against the previous frame of the same stream. A consumer that starts
@@ -38,6 +41,7 @@ from typing import Any, Protocol
 from collector.streams import Stream, StreamId, StreamTable, UuidConflicts, seq_behind
 from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
 from telemetry.control import KeyframeRequest
+from telemetry.profile import ProfileResult
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
 from telemetry.wire import INSTANCE_HEADER, NODE_HEADER, TYPE_HEADER, Headers, MessageType, decode_event
@@ -80,6 +84,11 @@ class RecordStore(Protocol):
     async def write(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> Any: ...
 
 
+class ProfileSink(Protocol):
+    async def save(self, result: ProfileResult) -> bool:
+        """Store ``result`` on its anomaly; False when there is no such anomaly on its GPU."""
+
+
 def _validate_noop(_record: GpuRecord) -> None:
     return None
 
@@ -107,6 +116,7 @@ class BatchResult:
 
 Frames = list[tuple[Inbound, list[GpuRecord]]]
 Events = list[tuple[Inbound, EventRecord]]
+Profiles = list[tuple[Inbound, ProfileResult]]
 
 
 @dataclass(slots=True)
@@ -118,6 +128,7 @@ class _Pending:
     result: BatchResult
     frames: Frames = field(default_factory=list)
     events: Events = field(default_factory=list)
+    profiles: Profiles = field(default_factory=list)
     dead: list[tuple[Inbound, str]] = field(default_factory=list)
     requests: list[KeyframeRequest] = field(default_factory=list)
     streams: list[Stream] = field(default_factory=list)  # the streams that decoded frames of this batch
@@ -142,6 +153,7 @@ class Ingestor:
     # called with each batch's records and events after the store committed them (detection)
     on_committed: Callable[[Sequence[GpuRecord], Sequence[EventRecord]], None] | None = None
     request_keyframe: RequestKeyframe | None = None
+    profiles: ProfileSink | None = None  # where agents' CPU profiles go (None: they are dead-lettered)
     keyframe_request_interval_s: float = 10.0
     stream_idle_s: float = 900.0
     clock: Callable[[], float] = time.monotonic
@@ -198,6 +210,7 @@ class Ingestor:
             pending = self._pending = self._prepare(batch, key)
         if not pending.written:
             await self._write(pending)
+            await self._save_profiles(pending)
             pending.written = True
             now = self.clock()
             for stream in pending.streams:  # a long outage must not make them look gone
@@ -237,6 +250,17 @@ class Ingestor:
         except ValueError:
             # valid records, yet refused by the database: isolate the frames it refuses
             pending.result.written = await self._write_one_by_one(pending)
+
+    async def _save_profiles(self, pending: _Pending) -> None:
+        for msg, result in pending.profiles:
+            if self.profiles is None:
+                self._reject(msg, "profile message: this collector stores no profiles", pending)
+            elif await self.profiles.save(result):
+                self.counters["profiles"] += 1
+            else:
+                self._reject(msg, f"profile for anomaly {result.anomaly} of {result.gpu}: no such anomaly on that "
+                             "GPU", pending)
+        pending.profiles = []  # a retry of this batch does not store them again
 
     async def _write_one_by_one(self, pending: _Pending) -> Any:
         written: Any = None
@@ -313,6 +337,12 @@ class Ingestor:
                     pending.events.append((msg, decode_event(msg.value)))
                 except ValueError as exc:
                     self._reject(msg, f"bad event: {exc}", pending)
+            elif kind is MessageType.PROFILE:
+                try:
+                    pending.profiles.append((msg, ProfileResult.decode(msg.value)))
+                except ValueError as exc:
+                    self.counters["bad_profiles"] += 1
+                    self._reject(msg, f"bad profile: {exc}", pending)
             else:
                 self._reject(msg, f"unknown message type {(raw or b'')[:40]!r}", pending)
         return pending

@@ -1,11 +1,12 @@
-"""The collector's way back to the agents over Kafka: dead letters and keyframe requests.
+"""The collector's way back to the agents over Kafka: dead letters, keyframe and profile requests.
 
 One producer carries both. A dead letter goes to the dead-letter topic, cut to fit the
 producer's request limit (:mod:`collector.deadletter`), or, when even that is not taken,
 into the database (``record_dead_letter``). A keyframe request goes to the control topic,
 keyed by node, in the background (a control topic that does not exist costs a metadata
-wait, which must not hold up ingest). Built before the :class:`~collector.ingest.Ingestor`,
-which is given :meth:`KafkaReplies.dead_letter` and :meth:`KafkaReplies.request_keyframe`.
+wait, which must not hold up ingest); so does a profile request (:mod:`collector.profiling`).
+Built before the :class:`~collector.ingest.Ingestor`, which is given
+:meth:`KafkaReplies.dead_letter` and :meth:`KafkaReplies.request_keyframe`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from collector import deadletter
 from collector.ingest import Inbound
 from collector.kafkastart import retry_start
 from collector.settings import ConsumerTuning
-from telemetry.control import CONTROL_HEADERS, DEFAULT_TOPIC, KeyframeRequest, control_topic, dlq_topic
+from telemetry.control import (
+    CONTROL_HEADERS,
+    DEFAULT_TOPIC,
+    PROFILE_REQUEST_HEADERS,
+    KeyframeRequest,
+    ProfileRequest,
+    control_topic,
+    dlq_topic,
+)
 from telemetry.ratelimit import RateLimitedLog
+from telemetry.wire import Headers
 
 log = logging.getLogger("collector.consumer")
 
@@ -110,18 +120,25 @@ class KafkaReplies:
     async def request_keyframe(self, request: KeyframeRequest) -> None:
         """Produce ``request`` to the control topic, in the background; the agent of its node
         makes its next frame a keyframe."""
+        self._control(request.encode(), request.key(), CONTROL_HEADERS)
+
+    async def request_profile(self, request: ProfileRequest) -> None:
+        """Produce ``request`` to the control topic, in the background; the agent of its node profiles
+        the GPU's processes (if profiling is on there) and answers on the telemetry topic."""
+        self._control(request.encode(), request.key(), PROFILE_REQUEST_HEADERS)
+
+    def _control(self, value: bytes, key: bytes, headers: Headers) -> None:
         if len(self._requests) >= _MAX_PENDING_REQUESTS:
-            self._request_failed(RuntimeError(f"{len(self._requests)} keyframe requests still being sent"))
+            self._request_failed(RuntimeError(f"{len(self._requests)} control requests still being sent"))
             return
-        task = asyncio.create_task(self._send_request(request))
+        task = asyncio.create_task(self._send_request(value, key, headers))
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
 
-    async def _send_request(self, request: KeyframeRequest) -> None:
+    async def _send_request(self, value: bytes, key: bytes, headers: Headers) -> None:
         assert self._producer is not None
         try:
-            future = await self._producer.send(self.control_topic, request.encode(), key=request.key(),
-                                               headers=list(CONTROL_HEADERS))
+            future = await self._producer.send(self.control_topic, value, key=key, headers=list(headers))
         except KafkaError as exc:
             self._request_failed(exc)
             return
@@ -136,7 +153,7 @@ class KafkaReplies:
 
     def _request_failed(self, exc: BaseException) -> None:
         self.counters["keyframe_request_errors"] += 1
-        self._limited.warning("kfreq-send", "keyframe request not delivered to %s: %s: %s",
+        self._limited.warning("kfreq-send", "control request (keyframe or profile) not delivered to %s: %s: %s",
                               self.control_topic, type(exc).__name__, exc)
 
     # ---- /metrics ----
@@ -147,7 +164,7 @@ class KafkaReplies:
             ("dead_letters_truncated", "gpuwatch_collector_dead_letters_truncated",
              "dead letters cut to fit the dead-letter producer's request limit"),
             ("keyframe_request_errors", "gpuwatch_collector_keyframe_request_errors",
-             "keyframe requests not delivered to the control topic"),
+             "keyframe and profile requests not delivered to the control topic"),
         ):
             c = CounterMetricFamily(name, doc)
             c.add_metric([], float(self.counters.get(key, 0)))

@@ -187,12 +187,15 @@ class SpoolOpenError(RuntimeError):
 
 
 class Sending:
-    """What ``--kafka-bootstrap`` adds to the agent: framer, sender (with spool) and control listener."""
+    """What ``--kafka-bootstrap`` adds to the agent: framer, sender (with spool), control listener
+    and the profiler that answers the collector's profile requests."""
 
-    def __init__(self, framer: Any, sender: Any, control: Any) -> None:
-        self.framer, self.sender, self.control = framer, sender, control
+    def __init__(self, framer: Any, sender: Any, control: Any, profiler: Any) -> None:
+        self.framer, self.sender, self.control, self.profiler = framer, sender, control, profiler
 
     def record_sinks(self) -> tuple[RecordSink, ...]:
+        if self.profiler.config.enabled:
+            return (self.framer.add, self.profiler.observe)
         return (self.framer.add,)
 
     def event_sinks(self) -> tuple[EventSink, ...]:
@@ -200,15 +203,17 @@ class Sending:
 
     def stats(self) -> tuple[Snapshot, ...]:
         """The snapshots of every part, for /metrics."""
-        return (*self.sender.snapshots(), self.framer.stats(), self.control.stats())
+        return (*self.sender.snapshots(), self.framer.stats(), self.control.stats(), self.profiler.stats())
 
     def start(self) -> None:
         self.sender.start()
         self.framer.start()
+        self.profiler.start()
         self.control.start()
 
     def stop(self) -> None:
         self.control.stop()
+        self.profiler.stop()
         self.framer.stop()
         self.sender.stop(10.0)
 
@@ -230,6 +235,7 @@ def build_sending(settings: Any, instance: str, cpu: ThreadCpu) -> Sending | Non
     from agent.control import ControlListener
     from agent.framing import Framer
     from agent.producer import Producer
+    from agent.profiling import from_settings
     from agent.sender import Sender
     from agent.spool import Spool, SpoolLockedError
 
@@ -253,5 +259,6 @@ def build_sending(settings: Any, instance: str, cpu: ThreadCpu) -> Sending | Non
     producer: Producer = sender  # the agent's transport seam: Kafka here, in-process in `up`
     framer = Framer(producer.submit, node=node, instance=instance, window=settings.frame_window,
                     max_delay_s=settings.frame_max_delay, cpu=cpu)
-    control = ControlListener(kafka, node, instance, framer.request_keyframe, cpu=cpu)
-    return Sending(framer, sender, control)
+    profiler = from_settings(settings, instance, producer.submit, cpu)
+    control = ControlListener(kafka, node, instance, framer.request_keyframe, on_profile=profiler.request, cpu=cpu)
+    return Sending(framer, sender, control, profiler)

@@ -126,8 +126,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     if store is None:
         return
     from collector.alerting.service import from_rules_file
-
-    detection = from_rules_file(store.pool, alert_rules)
+    from collector.profiling import ProfileRequests, ProfileStore
 
     async def record_dead_letter(topic: str, msg: Any, reason: str, why_not_kafka: str) -> None:
         await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
@@ -137,9 +136,10 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     security = settings.kafka_client_security()
     replies = KafkaReplies(settings.kafka_bootstrap, settings.kafka_topic, record_dead_letter=record_dead_letter,
                            client_kwargs=security, tuning=tuning)
+    detection = from_rules_file(store.pool, alert_rules, on_opened=ProfileRequests(store.pool, replies.request_profile))
     ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
                         on_committed=detection.on_committed if settings.detect else None,
-                        request_keyframe=replies.request_keyframe,
+                        request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool),
                         keyframe_request_interval_s=tuning.keyframe_request_interval_s,
                         stream_idle_s=tuning.stream_idle_s)
     consumer = KafkaSource(

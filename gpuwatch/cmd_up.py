@@ -238,15 +238,20 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     cpu, instance = ThreadCpu(), new_instance_id()
     producer: Producer = transport
     framer = Framer(producer.submit, node=settings.node_name, instance=instance, cpu=cpu)
-    agent = build_agent(settings, cpu=cpu, instance=instance,
-                        record_sinks=(framer.add,), event_sinks=(framer.add_event,))
-    replies = InProcessReplies([framer])
-    from collector.alerting.service import from_rules_file
+    from agent.profiling import from_settings
 
-    detection = from_rules_file(store.pool, args.alert_rules)
+    profiler = from_settings(settings, instance, producer.submit, cpu)
+    sinks = (framer.add, profiler.observe) if profiler.config.enabled else (framer.add,)
+    agent = build_agent(settings, cpu=cpu, instance=instance, record_sinks=sinks, event_sinks=(framer.add_event,))
+    replies = InProcessReplies([framer], [profiler])
+    from collector.alerting.service import from_rules_file
+    from collector.profiling import ProfileRequests, ProfileStore
+
+    detection = from_rules_file(store.pool, args.alert_rules,
+                                on_opened=ProfileRequests(store.pool, replies.request_profile))
     stack.push_async_callback(detection.close)
     ingestor = Ingestor(store, replies.dead_letter, validate, validate_event, on_committed=detection.on_committed,
-                        request_keyframe=replies.request_keyframe)
+                        request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool))
     api = None
     if api_settings is not None:
         port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
@@ -269,6 +274,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     parts.add("the in-process transport", transport.shutdown, most=0)  # the loop stores what is queued
     parts.add("the background tasks' stop event", lambda _t: stop.set())
     parts.add("the framer", framer.stop, most=5.0)  # it emits what is pending
+    parts.add("the profiler", profiler.stop, most=5.0)  # after the capture under way
     parts.add("the agent", agent.stop, most=5.0)  # opened above
 
     async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
@@ -282,6 +288,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     server = _metrics_server(settings, Exposition(agent))
     parts.add("/metrics", lambda _t: server.stop())
     framer.start()
+    profiler.start()
     agent.start()
     server.start()
     kind = "simulated" if settings.simulate else "NVML"

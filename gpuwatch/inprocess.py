@@ -8,7 +8,8 @@ consecutive offsets on one partition, read by the same consume loop as Kafka's. 
 persisted: ``up`` is one process on one machine, and at shutdown the source hands over
 what is still queued, so the loop drains it into the database before it finishes.
 :class:`InProcessReplies` is the way back: a keyframe request reaches the agent's framer at
-once; a dead letter is logged and counted by the ingestor.
+once, a profile request its profiler (which queues it); a dead letter is logged and counted
+by the ingestor.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
 from agent.framing import Framer
+from agent.profiling import Profiler
 from collector.ingest import Inbound
-from telemetry.control import KeyframeRequest
+from telemetry.control import KeyframeRequest, ProfileRequest
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.wire import Message
 
@@ -114,10 +116,12 @@ class InProcessTransport:
 
 
 class InProcessReplies:
-    """Keyframe requests to the framers of this process; dead letters are logged."""
+    """Keyframe requests to the framers of this process, profile requests to its profilers;
+    dead letters are logged."""
 
-    def __init__(self, framers: Sequence[Framer]) -> None:
+    def __init__(self, framers: Sequence[Framer], profilers: Sequence[Profiler] = ()) -> None:
         self.framers = framers
+        self.profilers = profilers
 
     async def dead_letter(self, msg: Inbound, reason: str) -> None:
         log.warning("dead-lettered message %d: %s", msg.offset, reason)
@@ -127,3 +131,8 @@ class InProcessReplies:
         for framer in self.framers:
             if request.matches(framer.node, framer.instance):
                 framer.request_keyframe(request.gpu)
+
+    async def request_profile(self, request: ProfileRequest) -> None:
+        """A throughput drop opened: the agent in this process profiles the GPU (it says if it may not)."""
+        for profiler in self.profilers:
+            profiler.request(request)  # each keeps the requests for its own node and instance

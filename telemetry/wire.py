@@ -10,9 +10,12 @@ import these definitions instead. The topic names are :mod:`telemetry.control`'s
 A message is an opaque key (the GPU UUID, so Kafka keeps each GPU's frames in order), a
 value and headers. The value of a ``frame`` is a :mod:`telemetry.codec` frame; that of an
 ``event`` is one JSON object, an :class:`~telemetry.records.EventRecord`
-(:func:`encode_event`, :func:`decode_event`); a ``keyframe_request`` travels the other way,
-on the control topic (:class:`telemetry.control.KeyframeRequest`). A message without a
-``type`` header is read as a frame, as the first agents sent them.
+(:func:`encode_event`, :func:`decode_event`); that of a ``profile`` (a CPU profile the
+agent took because an anomaly opened) is one JSON object too
+(:class:`telemetry.profile.ProfileResult`). A ``keyframe_request`` and a
+``profile_request`` travel the other way, on the control topic
+(:class:`telemetry.control.KeyframeRequest`, :class:`telemetry.control.ProfileRequest`).
+A message without a ``type`` header is read as a frame, as the first agents sent them.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class MessageType(enum.Enum):
     FRAME = "frame"
     EVENT = "event"
     KEYFRAME_REQUEST = "keyframe_request"
+    PROFILE_REQUEST = "profile_request"
+    PROFILE = "profile"
 
     @property
     def header(self) -> bytes:
@@ -97,3 +102,14 @@ def decode_event(value: bytes) -> EventRecord:
     if not isinstance(detail, str):
         raise ValueError("field 'detail' must be a string")
     return EventRecord(float(obj["ts"]), obj["node"], obj["gpu"], obj["kind"], code, detail)
+
+
+def json_object(raw: bytes, what: str, error: type[ValueError] = ValueError) -> dict[str, object]:
+    """``raw`` as one JSON object; ``error`` (``"<what> is not JSON: ..."``) when it is not."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{what} is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise error(f"{what} is not a JSON object")
+    return body

@@ -8,6 +8,11 @@ and outbox rows in one transaction) and :meth:`dispatch` (sending the outbox), w
 :meth:`run` calls about once a second. Time for for-durations and repeats is the newest
 record time, like the detectors'. :meth:`close` flushes and sends what is due, bounded by
 a timeout, so a clean shutdown loses nothing and a crash loses nothing stored.
+
+``on_opened``, when given, is awaited after each flush with the anomalies that flush
+opened and their row ids (the collector asks for a CPU profile of a throughput drop's
+GPU there: :mod:`collector.profiling`); a failure there is logged and counted, never
+stops alerting.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -26,17 +31,21 @@ from collector.alerting.delivery import DEFAULT_POLICY, RetryPolicy, Transport, 
 from collector.alerting.router import Router
 from collector.alerting.rules import RuleSet
 from collector.alerting.silences import Silence, load_active
+from collector.detect.anomaly import Anomaly
 from collector.detect.engine import Change, DetectionEngine
 from collector.periodic import every
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
 
+#: called with the anomalies a flush opened, each with its row id
+OnOpened = Callable[[Sequence[tuple[Anomaly, int]]], Awaitable[None]]
+
 
 class DetectionService:
     def __init__(self, pool: Any, rules: RuleSet | None = None, *, engine: DetectionEngine | None = None,
                  transport: Transport | None = None, policy: RetryPolicy = DEFAULT_POLICY,
-                 silence_refresh_s: float = 10.0) -> None:
+                 silence_refresh_s: float = 10.0, on_opened: OnOpened | None = None) -> None:
         self.pool = pool
         self.rules = rules or RuleSet()
         self.engine = engine or DetectionEngine()
@@ -44,6 +53,7 @@ class DetectionService:
         self.transport = transport or UrllibTransport()
         self.policy = policy
         self.silence_refresh_s = silence_refresh_s
+        self.on_opened = on_opened
         self.counters: Counter[str] = Counter()
         self._changes: list[Change] = []
         self._now = 0.0
@@ -88,8 +98,15 @@ class DetectionService:
                 ids = await store.upsert_anomalies(conn, anomalies)
                 await store.upsert_alerts(conn, alerts, ids)
                 enqueued = await outbox.enqueue(conn, rows)
-            self.counters["anomalies_opened"] += sum(1 for c in changes if c.action == "open")
+            opened = [(c.anomaly, ids[c.anomaly.key]) for c in changes if c.action == "open"]
+            self.counters["anomalies_opened"] += len(opened)
             self.counters["notifications"] += enqueued
+            if opened and self.on_opened is not None:
+                try:
+                    await self.on_opened(opened)
+                except Exception as exc:  # noqa: BLE001 - a profile request must never stop alerting: counted
+                    self.counters["on_opened_errors"] += 1
+                    log.warning("after %d anomalies opened: %s: %s", len(opened), type(exc).__name__, exc)
             return enqueued
 
     async def dispatch(self) -> outbox.DispatchStats:
@@ -119,7 +136,7 @@ class DetectionService:
         await self.dispatch()
 
 
-def from_rules_file(pool: Any, path: str | None) -> DetectionService:
+def from_rules_file(pool: Any, path: str | None, on_opened: OnOpened | None = None) -> DetectionService:
     """The service with the rules of ``path`` (none: detection only, anomalies stored, nothing sent).
 
     Each bad rule is logged with its file and line and counted (``rule_errors``); the
@@ -137,7 +154,7 @@ def from_rules_file(pool: Any, path: str | None) -> DetectionService:
         config = replace(config, idle_after_s=rules.idle_after_s)
     if rules.metrics is not None:
         config = replace(config, metrics=rules.metrics)
-    service = DetectionService(pool, rules, engine=DetectionEngine(config))
+    service = DetectionService(pool, rules, engine=DetectionEngine(config), on_opened=on_opened)
     service.counters["rule_errors"] = len(rules.errors)
     if path:
         log.info("alert rules: %d rules, %d channels from %s", len(rules.rules), len(rules.channels), path)

@@ -168,6 +168,12 @@ class EventPage(BaseModel):
 OpaqueId = Annotated[str, Field(description="an opaque id (it reveals nothing about other rows or their number)")]
 
 
+class ProfileSummary(BaseModel):
+    status: str = Field(description="captured (GET /anomalies/{id}/profile has the flame graph), requested (no "
+                                    "answer yet) or why not: disabled, not_python, permission_denied, ...")
+    reason: str = Field(description="the same in words, with numbers")
+
+
 class AnomalyOut(BaseModel):
     id: OpaqueId
     fingerprint: str
@@ -183,6 +189,26 @@ class AnomalyOut(BaseModel):
     end_ts: datetime | None
     summary: str
     causes: Any
+    profile: ProfileSummary | None = Field(
+        None, description="its CPU profile (a throughput_drop's): captured, requested, or why there is none; "
+                          "null when none was asked for")
+
+
+class FrameField(BaseModel):
+    name: Literal["level", "value", "self", "label"]
+    type: Literal["number", "string"]
+    config: dict[str, Any]
+    values: list[int] | list[str]
+
+
+class ProfileFrame(BaseModel):
+    """A CPU profile as the data frame of Grafana's flame graph panel (nested set, depth first)."""
+
+    name: str
+    meta: dict[str, Any] = Field(description="preferredVisualisationType flamegraph; custom: the anomaly id, status, "
+                                             "reason, captured_at, samples and each process's pid/status/reason")
+    fields: list[FrameField] = Field(description="level, value, self and label as parallel arrays, one entry per "
+                                                 "node, depth first from the single root 'total'")
 
 
 class AnomalyPage(BaseModel):

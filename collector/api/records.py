@@ -63,8 +63,15 @@ async def anomalies(
 ) -> Page:
     rows = await store.anomalies(db, start=start, end=end, filters=filters, status=status, limit=limit + 1,
                                  before_id=cursor, scope=who.scope_param())
-    items = [{**asdict(r), "id": codec.encode("anomaly", r.id)} for r in rows[:limit]]
+    items = [_anomaly(r, codec) for r in rows[:limit]]
     return Page(items, items[-1]["id"] if len(rows) > limit else None)
+
+
+def _anomaly(row: store.AnomalyRow, codec: IdCodec) -> dict[str, Any]:
+    item = asdict(row)
+    status, reason = item.pop("profile_status"), item.pop("profile_reason")
+    item["profile"] = None if status is None else {"status": status, "reason": reason}
+    return {**item, "id": codec.encode("anomaly", row.id)}
 
 
 async def alerts(

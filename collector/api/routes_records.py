@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from collector.api import records, tokens
+from collector.api import flamegraph, records, tokens
 from collector.api.auth import Ctx, Operator, Viewer
 from collector.api.context import ApiContext
 from collector.api.errors import ERROR_RESPONSES, ApiError, bad_request, check_request, not_found
@@ -19,12 +19,14 @@ from collector.api.models import (
     AlertPage,
     AnomalyPage,
     EventPage,
+    ProfileFrame,
     SilenceIn,
     SilenceOut,
     SilencePage,
 )
 from collector.api.params import decode_cursor, span
 from collector.api.principal import Principal
+from collector.store import profiles
 from collector.store.errors import UndefinedTable
 
 router = APIRouter(responses=ERROR_RESPONSES, dependencies=[Depends(check_request)])
@@ -99,6 +101,33 @@ async def list_anomalies(
     except UndefinedTable:
         raise _tables_missing() from None
     return AnomalyPage.model_validate({"items": page.items, "next_cursor": page.next_cursor})
+
+
+@router.get("/anomalies/{anomaly_id}/profile", response_model=ProfileFrame,
+            summary="an anomaly's CPU profile, as the data frame of Grafana's flame graph panel")
+async def anomaly_profile(
+    ctx: Ctx, who: Viewer, anomaly_id: Annotated[str, Path(max_length=64, description="the anomaly's id")],
+) -> ProfileFrame:
+    """The folded stacks py-spy sampled when the anomaly opened, as ``level``/``value``/``self``/``label``
+    arrays (nested set, depth first); 404 ``no_profile`` with the reason when there are none."""
+    codec = await ctx.codec()
+    row_id = _opaque(codec, "anomaly", anomaly_id, "anomaly_id")
+    assert row_id is not None  # a path segment is never empty
+    try:
+        row = await profiles.get(ctx.pool, row_id, who.scope_param())
+        visible = row is not None or await profiles.anomaly_visible(ctx.pool, row_id, who.scope_param())
+    except UndefinedTable:
+        raise ApiError(503, "not_installed", "the anomaly profile table does not exist yet (migration 0062)") from None
+    if not visible:
+        raise not_found(f"anomaly {anomaly_id}")
+    if row is None:
+        raise ApiError(404, "no_profile", f"anomaly {anomaly_id} has no CPU profile: none was asked for (one is, "
+                       "when a throughput_drop opens)")
+    if row.status != "captured":
+        raise ApiError(404, "no_profile", f"anomaly {anomaly_id} has no CPU profile: {row.status}: {row.reason}")
+    meta = {"anomaly_id": anomaly_id, "status": row.status, "reason": row.reason, "samples": row.samples,
+            "captured_at": row.captured_at.isoformat() if row.captured_at else None, "processes": row.processes}
+    return ProfileFrame.model_validate(flamegraph.data_frame(flamegraph.build(row.stacks), meta))
 
 
 AlertStatus = Annotated[str | None, Query(pattern="^(firing|resolved)$", description="firing or resolved")]

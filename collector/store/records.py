@@ -108,6 +108,8 @@ class AnomalyRow:
     end_ts: datetime | None
     summary: str
     causes: Any  # decoded JSON
+    profile_status: str | None = None  # its CPU profile's (anomaly_profiles), None when none was asked for
+    profile_reason: str | None = None
 
 
 _ANOMALY_COLS: Final = ("id, fingerprint, kind, severity, gpu, node, namespace, pod, service, metric, start_ts,"
@@ -135,7 +137,9 @@ async def anomalies(
         q.add("id < {}", before_id)
     _scope(q, scope)
     rows = await db.fetch(
-        f"SELECT {_ANOMALY_COLS} FROM anomalies {q.where()} ORDER BY id DESC LIMIT {q.arg(limit)}", *q.args)
+        f"SELECT {_ANOMALY_COLS}, p.status AS profile_status, p.reason AS profile_reason FROM anomalies "
+        f"LEFT JOIN anomaly_profiles p ON p.anomaly_id = anomalies.id {q.where()} "
+        f"ORDER BY id DESC LIMIT {q.arg(limit)}", *q.args)
     return [AnomalyRow(**{**dict(r), "causes": json.loads(r["causes"])}) for r in rows]
 
 

@@ -23,6 +23,7 @@ GET_CALLS: dict[str, list[str]] = {
                                         "/services/etl/history"],
     "/api/v1/events": ["/events"],
     "/api/v1/anomalies": ["/anomalies"],
+    "/api/v1/anomalies/{anomaly_id}/profile": [],  # every anomaly's, visible or not (ids listed by an admin)
     "/api/v1/alerts": ["/alerts"],
     "/api/v1/silences": ["/silences"],
     "/api/v1/me": ["/me"],
@@ -45,6 +46,10 @@ def test_a_scoped_token_gets_nothing_of_other_namespaces(api: Api, token: str) -
     for template, paths in GET_CALLS.items():
         takes = {p["name"] for p in doc["paths"][template]["get"].get("parameters", []) if p["in"] == "query"}
         span = {"start": f.start.timestamp() - 120, "end": f.end.timestamp() + 120} if "start" in takes else {}
+        if template.endswith("/profile"):
+            everyone = api.get("/anomalies", start=f.start.timestamp() - 3600, end=f.end.timestamp() + 3600)
+            paths = [f"/anomalies/{a['id']}/profile" for a in everyone.json()["items"]]
+            assert len(paths) >= 3
         for path in paths:
             resp = api.get(path, token=token, **span)
             assert resp.status_code in (200, 403, 404), (path, resp.text)

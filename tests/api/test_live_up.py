@@ -119,6 +119,15 @@ def _add_anomaly(dsn: str, gpu: str) -> None:
                 " '[\"XID 79\"]')", gpu, node)
             await conn.execute("INSERT INTO events (ts, node, gpu, kind, code, detail) VALUES"
                                " (now() - interval '2 minutes', $2, $1, 'xid', 79, 'test XID')", gpu, node)
+            # a throughput drop whose CPU profile the agent captured (as collector/store/profiles.py stores it)
+            drop = await conn.fetchval(
+                "INSERT INTO anomalies (fingerprint, kind, severity, gpu, node, start_ts, summary) VALUES"
+                " ('fp-drop', 'throughput_drop', 'warning', $1, $2, now() - interval '1 minute', 'the test drop')"
+                " RETURNING id", gpu, node)
+            await conn.execute(
+                "INSERT INTO anomaly_profiles (anomaly_id, status, reason, captured_at, samples, processes, stacks)"
+                " VALUES ($1, 'captured', '1 of 1 process(es) sampled', now(), 10, '[]', $2::jsonb)", drop,
+                '[["pid 7 python;main;load_batch_marker", 6], ["pid 7 python;main;step", 4]]')
             # as the agent sends an XID: its code only (the page names it from /gpu-facts)
             await conn.execute("INSERT INTO events (ts, node, gpu, kind, code, detail) VALUES"
                                " (now() - interval '3 minutes', $2, $1, 'xid', 140, '')", gpu, node)
@@ -167,9 +176,15 @@ def test_web_page_shows_the_fleet_incidents_a_gpu_and_a_service(running_up: tupl
 
             page.click("#nav-incidents")
             page.wait_for_selector("#anomalies tbody tr[data-id]", timeout=15_000)
-            anomaly = page.locator("#anomalies tbody tr[data-id]").first.inner_text()
+            anomaly = page.locator("#anomalies tbody tr[data-id]", has_text="XID 79").inner_text()
             assert "critical" in anomaly and "XID 79 on the test GPU" in anomaly and "GPU" in anomaly
             assert "test XID" in page.locator("#events tbody").inner_text()
+            drop_row = page.locator("#anomalies tbody tr", has_text="the test drop")
+            drop_row.locator("button.flame-button").click()  # the CPU profile, drawn from the flame-graph frame
+            page.wait_for_selector("#flamegraph .frame", timeout=15_000)
+            bars = _js(page, "[...document.querySelectorAll('#flamegraph .frame')].map((b) => [b.textContent, "
+                             "parseFloat(b.style.width), parseFloat(b.style.top)])")
+            assert bars[0] == ["total", 100, 0] and ["load_batch_marker", 60, 54] in bars, bars
             unrecovered = page.locator("#events tbody td.summary", has_text="XID 140: ")
             assert "unrecovered ECC error" in unrecovered.inner_text()
             assert unrecovered.get_attribute("title") == f"critical: {XIDS[140].action}"

@@ -167,6 +167,24 @@ def test_agent_daemonset_follows_the_issue() -> None:
     assert "runtimeClassName" not in pod
 
 
+def test_sys_ptrace_is_granted_to_the_agent_only_when_profiling_is_on() -> None:
+    (off,) = containers(render("defaults").one("DaemonSet", "-agent"))
+    assert "add" not in off["securityContext"]["capabilities"] and "GPUWATCH_PROFILE" not in env_of(off)
+    (on,) = containers(render("profiling").one("DaemonSet", "-agent"))
+    assert on["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert on["securityContext"]["allowPrivilegeEscalation"] is False and on["securityContext"]["privileged"] is False
+    env = env_of(on)
+    assert (env["GPUWATCH_PROFILE"], env["GPUWATCH_PROFILE_DURATION_S"], env["GPUWATCH_PROFILE_PERIOD_S"]) == (
+        "true", "3", "900")
+    from agent.settings import AgentSettings
+
+    settings = AgentSettings(**{k.removeprefix("GPUWATCH_").lower(): v for k, v in env.items()
+                                if k.startswith("GPUWATCH_PROFILE")})
+    assert settings.profile and settings.profile_duration_s == 3 and settings.profile_cpu_budget == 0.01
+    collector = render("profiling").one("Deployment", "-collector")
+    assert "SYS_PTRACE" not in json.dumps(collector)
+
+
 def test_spool_on_emptydir_and_runtime_class() -> None:
     pod = render("spool-emptydir").one("DaemonSet", "-agent")["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"

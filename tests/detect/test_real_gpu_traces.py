@@ -143,8 +143,9 @@ def test_the_held_out_trace_g_four_of_five_found_nothing_on_normal_phases() -> N
     ("calm") false two seconds into the fall that was then judged (level.py: a dip under way
     may confirm the hints, not undo them); a reported fall was learned as one of the job's
     recurring dips and excused the next one of its depth, 22 s later (level.py: a reported
-    fall is the job's rhythm only when it recurs minutes after); a leak that runs the GPU out of memory in about 3 minutes waited for a minute
-    of growth (memory.py: 30 s when it is that urgent). Its launch-bound phase lasted 90 s,
+    fall is the job's rhythm only when it recurs minutes after); a leak that runs the GPU out
+    of memory in about 3 minutes waited for a minute of growth (memory.py: 30 s when it is
+    that urgent). Its launch-bound phase lasted 90 s,
     exactly the detector's wait: still missed."""
     trace = DATA / "h200-labelled-g.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))

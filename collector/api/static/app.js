@@ -212,9 +212,10 @@ async function incidentsView() {
     cell(tr, when(a.start_ts));
     cell(tr, when(a.end_ts));
     cell(tr, a.summary, "summary").title = (a.causes || []).join("\n");
+    profileCell(cell(tr, "", "profile"), a);
     tbody.appendChild(tr);
   }
-  if (!anomalies.items.length) tbody.appendChild(emptyRow(8, "no anomalies in this range"));
+  if (!anomalies.items.length) tbody.appendChild(emptyRow(9, "no anomalies in this range"));
   tbody = $("#alerts tbody");
   tbody.replaceChildren();
   for (const a of alerts.items) {
@@ -246,6 +247,52 @@ async function incidentsView() {
     tbody.appendChild(tr);
   }
   if (!events.items.length) tbody.appendChild(emptyRow(5, "no events in this range"));
+}
+
+// An anomaly's CPU profile: a button that draws its flame graph when one was captured, else the
+// status (requested, disabled, not_python, permission_denied, ...) with the reason as its title.
+function profileCell(td, a) {
+  const p = a.profile;
+  if (!p) { td.textContent = "–"; return; }
+  td.title = p.reason;
+  if (p.status !== "captured") { td.textContent = p.status.replaceAll("_", " "); return; }
+  const button = el("button", "flame graph", "flame-button");
+  button.addEventListener("click", () => showProfile(a).catch((err) => setStatus(String(err))));
+  td.appendChild(button);
+}
+
+async function showProfile(a) {
+  const frame = await api(`/anomalies/${encodeURIComponent(a.id)}/profile`);
+  $("#profile-title").textContent = `${a.kind} on ${a.node} · ${frame.meta.custom.reason}`;
+  drawFlameGraph($("#flamegraph"), frame);
+  $("#profile-view").hidden = false;
+  $("#profile-view").scrollIntoView();
+}
+
+// The data frame of Grafana's flame graph panel (level, value, self, label: nested set, depth
+// first) as nested bars: a node starts where its previous sibling ended, under its parent.
+function drawFlameGraph(box, frame) {
+  const f = Object.fromEntries(frame.fields.map((x) => [x.name, x.values]));
+  const total = f.value[0] || 1;
+  const next = [];  // per level: where the next child of the node open at the level above starts
+  let depth = 0;
+  box.replaceChildren();
+  for (let i = 0; i < f.level.length; i++) {
+    const level = f.level[i];
+    const x = level === 0 ? 0 : next[level - 1];
+    if (level > 0) next[level - 1] += f.value[i];
+    next[level] = x;
+    depth = Math.max(depth, level + 1);
+    const bar = el("div", f.label[i], "frame");
+    bar.style.left = `${(100 * x) / total}%`;
+    bar.style.width = `${(100 * f.value[i]) / total}%`;
+    bar.style.top = `${level * 18}px`;
+    bar.style.background = `hsl(${20 + ((f.label[i].length * 37) % 40)}, 85%, ${62 + (level % 3) * 6}%)`;
+    bar.title = `${f.label[i]}\n${f.value[i]} samples (${((100 * f.value[i]) / total).toFixed(1)} %), ` +
+      `${f.self[i]} in the frame itself`;
+    box.appendChild(bar);
+  }
+  box.style.height = `${depth * 18}px`;
 }
 
 function emptyRow(span, text) {
