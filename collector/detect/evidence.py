@@ -55,11 +55,12 @@ _SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS], _I[k.INFERENCE_KV_CAC
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
 PRESSURE: Final = 0.2  # some task waited for a CPU this share of wall time: the node is contended
-BUSY_THREAD: Final = 0.85  # a thread at this share of one core: it is the bottleneck
+BUSY_THREAD: Final = 0.85  # a thread running (or runnable) this share of the time: it is the bottleneck
 ASLEEP: Final = 0.6  # the feeding thread asleep this share of the time: it waits for something
 DEMAND_FELL: Final = 0.6  # requests per second at or under this fraction of before: demand fell
 _ROSE: Final = 0.15  # a share that rose this much over before changed with the fall
-_ALONE: Final = 0.3  # cores beyond the busiest thread's under which it works alone
+ALONE: Final = 0.85  # the busiest thread does this share of the process's CPU: it works alone
+SHARED: Final = 0.6  # ... where before it did less than this share of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,9 @@ class Evidence:
         waits = w_now is not None and w_now >= 0.2 and (c_now is None or w_now >= 0.3 * c_now) \
             and (w_before is None or w_now >= 2.0 * w_before + 0.1)
         pressed = now is not None and now >= PRESSURE and (before is None or now >= before + _ROSE)
-        if not (pressed or waits):
+        if not waits and not (pressed and w_now is None):
+            # the node's pressure is this process's only when it waits too: where its own wait is
+            # read and did not rise, other work on the node waits, not the GPU's feeder
             return None
         parts = []
         if pressed and now is not None:
@@ -174,16 +177,23 @@ class Evidence:
         return Verdict("contention", f"{', '.join(parts)} {fell}: host CPU contention")
 
     def _single_thread(self, since: float, ts: float, fell: str) -> Verdict | None:
-        """All of the process's CPU is one thread at a full core, where before its other
-        threads worked too. Not "the busiest thread got busier": a PyTorch loop's main thread
-        runs near a full core all the time (it launches and waits spinning; the real H200
-        trace g read 0.92 in normal training and 0.99 when its input work fell to one thread)."""
-        busy = self.windows(k.PROCESS_BUSIEST_THREAD_RATIO, since, ts)[1]
+        """The process's CPU went to one thread at a full core, where before its other threads
+        did most of it. Not "the busiest thread got busier": a PyTorch loop's main thread runs
+        near a full core all the time (it launches and waits spinning; the real H200 trace g
+        read 0.92 of a core in normal training, with 11 cores for the process, and 0.99 of 1.0
+        when its input work fell to one thread). Shares, not cores, so it holds on any size of
+        host."""
+        b_before, busy = self.windows(k.PROCESS_BUSIEST_THREAD_RATIO, since, ts)
         c_before, c_now = self.windows(k.PROCESS_CPU_CORES, since, ts)
-        if busy is None or c_now is None or busy < BUSY_THREAD or c_now > busy + _ALONE:
+        asleep = self.windows(k.PROCESS_SLEEPING_RATIO, since, ts)[1]
+        if busy is None or not c_now or busy < ALONE * c_now:
             return None
-        if c_before is not None and c_before < 2.0 * c_now:
-            return None  # it was (nearly) one thread before too: that is how this process works
+        # it never sleeps (running or waiting for a CPU: on a busy host a lone thread waits too)
+        never_sleeps = asleep <= 1.0 - BUSY_THREAD if asleep is not None else busy >= BUSY_THREAD
+        if not never_sleeps:
+            return None
+        if b_before is not None and c_before and b_before >= SHARED * c_before:
+            return None  # most of its CPU was on one thread before too: that is how this process works
         was = f" (the process used {c_before:.1f} cores before)" if c_before is not None else ""
         return Verdict("single_thread", f"one thread of the process runs at {busy * 100:.0f}% of a core and the "
                                         f"others idle{was} {fell}: a single busy thread (a Python loop, the GIL) "

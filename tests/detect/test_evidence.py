@@ -149,3 +149,10 @@ def test_weighing_reads_nothing_into_absent_or_partial_readings() -> None:
         ev2.observe(float(s), {k.PROCESS_CPU_CORES: 1.0})
     assert ev2.weigh(140.0, 200.0, 0.4).cause == "none"
     assert Evidence().weigh(0.0, 10.0, 0.5).cause == "no_evidence"
+
+
+def test_node_pressure_that_the_process_does_not_wait_on_is_not_its_cause() -> None:
+    def others_wait(t: float, fallen: bool) -> dict[str, float]:
+        return {**_single_thread(t, fallen), k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.7 if fallen else 0.05}
+    drops = _drops(run(_job(others_wait)))
+    assert len(drops) == 1 and "a single busy thread" in drops[0].causes[-1], drops[0].causes
