@@ -9,7 +9,10 @@ contract's "interval since the GPU's previous sample"). Summing rates per proces
 than counters over a changing set of processes) survives churn: a process new since the
 GPU's previous sample, or a pid reused by another process (its start time differs),
 contributes from its second reading; a value with nothing to compare against is absent,
-never 0.
+never 0. GPUs with the same processes whose previous samples were on the same tick get the
+same rows, computed once. A process's threads are not all read on every tick
+(:mod:`agent.host.threads`): the thread rows mix the tracked threads' rates over the GPU's
+interval with the others' over the last full pass (at most ``full_every_s`` old).
 
 Nothing here raises into sampling: a file that cannot be read (the process exited, no
 permission, no PSI on this kernel) leaves its values absent, is counted in ``errors`` (the
