@@ -102,6 +102,50 @@ def test_each_gpu_rates_over_its_own_interval_and_a_tick_reads_each_file_once(tm
     assert set(b) == {k.PROCESS_BLOCKED_THREADS, k.CONTAINER_CPU_LIMIT_CORES}  # GPU-b's first sample
 
 
+def test_between_full_passes_only_the_busiest_threads_are_read_and_a_new_busiest_is_caught_at_the_next(
+        tmp_path: Path) -> None:
+    """Full pass every 5 s; in between, the one busiest thread of the last pass only. Thread 52
+    starts spinning right after a pass: it shows at the next pass and is read every tick after."""
+    clock = Clock()
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    reader = HostReader(str(proc), str(cg), clock=clock, full_every_s=5.0, track_threads=1)
+    reads: list[str] = []
+    real = reader.files.read
+    reader.files.read = lambda path: reads.append(path) or real(path)  # type: ignore[method-assign]
+    outs: dict[int, dict[str, float]] = {}
+    for tick in range(8):
+        spin = max(0, tick - 1)  # seconds 52 has spun by this tick; 50 spun until tick 1
+        write_process(proc, 50, utime=100 * min(tick, 1) + 90 * spin, stime=0, cgroup=f"0::{V2_PATH}\n", threads={
+            50: ("S", 900_000_000 * min(tick, 1), 0),
+            51: ("D", 0, 0),
+            52: ("S", 900_000_000 * spin, 100_000_000 * spin),
+        })
+        write_node(proc, idle=1, busy=1 + tick, psi_us=PSI)
+        write_cgroup_v2(cg, V2_PATH, usage_us=tick, periods=tick, throttled=0)
+        reads.clear()
+        outs[tick] = {}
+        reader.read("GPU-a", [50], float(tick), outs[tick])
+        threads_read = {int(p.split("/")[-2]) for p in reads if "/task/" in p}
+        if tick in (0, 1, 6):
+            assert threads_read == {50, 51, 52}, tick  # full passes: the first two (no rates yet), then 5 s on
+        elif tick < 6:
+            assert threads_read == {50}, tick  # the busiest of the last pass only
+        else:
+            assert threads_read == {52}, tick  # the new busiest, tracked from the pass that found it
+        clock.t += 1.0
+    assert outs[1][k.PROCESS_BUSIEST_THREAD_RATIO] == pytest.approx(0.9)  # thread 50
+    assert outs[3][k.PROCESS_BUSIEST_THREAD_RATIO] == pytest.approx(0.0)  # 50 idles; 52 as of the last pass
+    assert outs[3][k.PROCESS_CPU_CORES] == pytest.approx(0.9)  # the process total is read every sample
+    assert outs[3][k.PROCESS_BLOCKED_THREADS] == 1  # 51 in D at the last pass
+    assert outs[6][k.PROCESS_BUSIEST_THREAD_RATIO] == pytest.approx(0.9)  # caught within one full pass
+    assert outs[6][k.PROCESS_RUNQUEUE_WAIT_CORES] == pytest.approx(0.1)
+    assert outs[7][k.PROCESS_BUSIEST_THREAD_RATIO] == pytest.approx(0.9)  # over the GPU's own 1 s now
+    assert outs[7][k.PROCESS_SLEEPING_RATIO] == pytest.approx(0.0)  # 1 - (0.9 run + 0.1 wait)
+    assert outs[7][k.PROCESS_RUNQUEUE_WAIT_CORES] == pytest.approx(0.1)
+    assert reader.threads.full_passes == 3
+    assert not reader.errors
+
+
 def test_cgroup_v1_without_psi_reads_cpuacct_and_cfs_and_leaves_pressure_absent(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
@@ -152,10 +196,13 @@ def test_unlimited_and_periodless_containers_and_exited_processes_are_absent(tmp
     assert k.CONTAINER_CPU_THROTTLED_RATIO not in out
     assert out[k.PROCESS_CPU_CORES] == pytest.approx(0.01)
     assert reader.errors["host_process:FileNotFoundError"] == 2
-    # pid 9 exits: its rows go, the node's stay
+    # pid 9 exits: its rows go, the node's stay. /proc fails a kept descriptor of an exited
+    # process (ESRCH, test_a_real_process_that_exits_loses_its_rows); a deleted plain file
+    # stays readable through one, so the fake's descriptors are closed as /proc's would fail
     for path in sorted((proc / "9").rglob("*"), reverse=True):
         path.unlink() if path.is_file() else path.rmdir()
     (proc / "9").rmdir()
+    reader.files.close()
     write_node(proc, idle=13, busy=11, psi_us=PSI)
     gone: dict[str, float] = {}
     reader.read("GPU-a", [9], 2.0, gone)

@@ -4,7 +4,8 @@ Why in the agent: a GPU that waits for work looks the same from NVML whether its
 process sleeps on input, is starved of CPU by its neighbours, is throttled by its
 container's limit, or is one busy Python thread. The host's own counters tell them apart
 (catalog rows of cost ``host``). :class:`HostReader` (``reader.py``) turns readings into
-per-GPU rates; ``proc.py`` reads a process and its threads, ``cgroup.py`` its container,
+per-GPU rates; ``proc.py`` reads a process and a thread, ``threads.py`` chooses
+which threads a tick reads (all every 5 s, the busiest in between), ``cgroup.py`` reads its container,
 ``node.py`` /proc/stat and PSI, ``files.py`` the one cheap way they open files.
 """
 

@@ -93,13 +93,16 @@ def _maybe(read: Read, path: str) -> bytes | None:
         return None
 
 
-def read_cgroup(read: Read, dirs: CgroupDirs) -> CgroupReading:
-    """Read one cgroup's CPU figures; an ``OSError`` other than a missing file propagates."""
+def read_cgroup(read: Read, dirs: CgroupDirs, known_limit: tuple[float | None] | None = None) -> CgroupReading:
+    """Read one cgroup's CPU figures; an ``OSError`` other than a missing file propagates.
+    ``known_limit``, when given, holds the limit read before (the reader re-reads it every few
+    seconds: it changes on a resize only), and its files are not read."""
     if dirs.version == 2:
         assert dirs.cpu is not None
         stat = _stat(_maybe(read, f"{dirs.cpu}/cpu.stat") or b"")
         usage_us = stat.get(b"usage_usec")
-        return CgroupReading(None if usage_us is None else usage_us / 1e6, _v2_limit(read, dirs.cpu),
+        return CgroupReading(None if usage_us is None else usage_us / 1e6,
+                             _v2_limit(read, dirs.cpu) if known_limit is None else known_limit[0],
                              stat.get(b"nr_periods"), stat.get(b"nr_throttled"))
     usage: float | None = None
     if dirs.cpuacct is not None:
@@ -108,7 +111,8 @@ def read_cgroup(read: Read, dirs: CgroupDirs) -> CgroupReading:
     if dirs.cpu is None:
         return CgroupReading(usage, None, None, None)
     stat = _stat(_maybe(read, f"{dirs.cpu}/cpu.stat") or b"")
-    return CgroupReading(usage, _v1_limit(read, dirs.cpu), stat.get(b"nr_periods"), stat.get(b"nr_throttled"))
+    return CgroupReading(usage, _v1_limit(read, dirs.cpu) if known_limit is None else known_limit[0],
+                         stat.get(b"nr_periods"), stat.get(b"nr_throttled"))
 
 
 def _v2_limit(read: Read, cpu: str) -> float | None:

@@ -38,9 +38,14 @@ def read_cpu_times(read: Read, proc_root: str) -> CpuTimes:
 
 def read_pressure(read: Read, proc_root: str, resource: str) -> float:
     """Seconds some task has waited for ``resource`` since boot (PSI ``some total=``, µs)."""
-    for line in read(f"{proc_root}/pressure/{resource}").splitlines():
-        if line.startswith(b"some "):
-            for part in line.split():
-                if part.startswith(b"total="):
-                    return int(part[6:]) / 1e6
+    text = read(f"{proc_root}/pressure/{resource}")
+    at = text.find(b"total=") if text.startswith(b"some ") else -1  # the first line is "some"'s
+    end = text.find(b"\n", at)
+    try:
+        return int(text[at + 6:end if end >= 0 else None]) / 1e6 if at >= 0 else _no_some(proc_root, resource)
+    except ValueError:
+        raise OSError(f"{proc_root}/pressure/{resource} has a malformed 'some ... total=' line") from None
+
+
+def _no_some(proc_root: str, resource: str) -> float:
     raise OSError(f"{proc_root}/pressure/{resource} has no 'some ... total=' line")

@@ -9,7 +9,10 @@ contract's "interval since the GPU's previous sample"). Summing rates per proces
 than counters over a changing set of processes) survives churn: a process new since the
 GPU's previous sample, or a pid reused by another process (its start time differs),
 contributes from its second reading; a value with nothing to compare against is absent,
-never 0.
+never 0. GPUs with the same processes whose previous samples were on the same tick get the
+same rows, computed once. A process's threads are not all read on every tick
+(:mod:`agent.host.threads`): the thread rows mix the tracked threads' rates over the GPU's
+interval with the others' over the last full pass (at most ``full_every_s`` old).
 
 Nothing here raises into sampling: a file that cannot be read (the process exited, no
 permission, no PSI on this kernel) leaves its values absent, is counted in ``errors`` (the
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from agent.host.cgroup import CgroupDirs, CgroupReading, locate, read_cgroup
 from agent.host.files import OpenFiles
 from agent.host.node import PSI_RESOURCES, CpuTimes, read_cpu_times, read_pressure
-from agent.host.proc import ProcessReading, read_process
+from agent.host.threads import FULL_EVERY_S, TRACK, ProcessReading, Threads
 from telemetry import keys as k
 from telemetry.ratelimit import RateLimitedLog
 
@@ -59,6 +62,7 @@ class _Node:
 class _Seen:
     """What one GPU's previous sample read (its base for the next rates)."""
 
+    tick: int  # the reader's tick serial number
     t: float
     procs: dict[int, ProcessReading] = field(default_factory=dict)
     cgroups: dict[str, CgroupReading] = field(default_factory=dict)
@@ -80,6 +84,8 @@ class HostReader:
         clock: Callable[[], float] = time.monotonic,
         log_every_s: float = 60.0,
         max_open_files: int = 512,
+        full_every_s: float = FULL_EVERY_S,
+        track_threads: int = TRACK,
     ) -> None:
         self.proc_root = proc_root.rstrip("/") or "/"
         self.cgroup_root = cgroup_root
@@ -88,8 +94,14 @@ class HostReader:
         self.errors: Counter[str] = Counter()
         self._log = RateLimitedLog(log, every_s=log_every_s)
         self.files = OpenFiles(max_open_files, clock=clock)
+        self.threads = Threads(full_every_s, track_threads)
         self._tick: float | None = None
+        self._now = 0.0
         self._t = 0.0
+        self._serial = 0
+        self._pruned = float("-inf")
+        self._limits: dict[str, tuple[float, float | None]] = {}  # cgroup -> (when read, its CPU limit)
+        self._done: dict[tuple[int, frozenset[int]], tuple[_Seen, dict[str, float]]] = {}
         self._procs: dict[int, ProcessReading | None] = {}
         self._cgroups: dict[str, CgroupReading | None] = {}
         self._node: _Node | None = None
@@ -103,9 +115,18 @@ class HostReader:
         """Add ``gpu``'s host evidence for its processes ``pids`` at tick ``now`` to ``out``."""
         if now != self._tick:
             self._start_tick(now)
-        t = self._t
         prev = self._seen.get(gpu)
-        seen = _Seen(t)
+        key = (prev.tick if prev is not None else -1, frozenset(pids))
+        done = self._done.get(key)
+        if done is None:  # GPUs with the same processes and the same previous tick have the same rows
+            done = self._done[key] = self._compute(prev, key[1])
+        self._seen[gpu] = done[0]
+        out.update(done[1])
+
+    def _compute(self, prev: _Seen | None, pids: frozenset[int]) -> tuple[_Seen, dict[str, float]]:
+        t = self._t
+        out: dict[str, float] = {}
+        seen = _Seen(self._serial, t)
         dt = t - prev.t if prev is not None else 0.0
         if self.processes:
             procs = {pid: r for pid in pids if (r := self._process(pid)) is not None}
@@ -127,7 +148,7 @@ class HostReader:
         seen.node = self._node_reading()
         if prev is not None and dt > 0 and prev.node is not None:
             self._node_rates(prev.node, seen.node, dt, out)
-        self._seen[gpu] = seen
+        return seen, out
 
     def forget(self, gpu: str) -> None:
         """Drop a GPU's base (it was lost): its next sample starts afresh."""
@@ -141,31 +162,44 @@ class HostReader:
     @staticmethod
     def _process_rates(before: dict[int, ProcessReading], now: dict[int, ProcessReading], dt: float,
                        out: dict[str, float]) -> None:
+        """A thread read on both samples gives its rates over ``dt``; one read now only (a full
+        pass after the GPU's previous sample) or not now (between passes) its last pass's."""
         cpu = wait = 0.0
         known = threads = 0
-        best_run = best_wait = -1
+        best_run = best_wait = -1.0
+        scale = 1e-9 / dt
         for pid, cur in now.items():
             old = before.get(pid)
             if old is None or old.start != cur.start:
                 continue  # new since the GPU's previous sample (or a reused pid): no base yet
             known += 1
             cpu += max(0.0, cur.cpu_s - old.cpu_s)
+            bases = old.threads
             for tid, (run, waited) in cur.threads.items():
-                base = old.threads.get(tid)
-                if base is None:
+                base = bases.get(tid)
+                if base is not None:
+                    r, w = max(0, run - base[0]) * scale, max(0, waited - base[1]) * scale
+                elif (rate := cur.rates.get(tid)) is not None:
+                    r, w = rate
+                else:
                     continue
                 threads += 1
-                d_run, d_wait = max(0, run - base[0]), max(0, waited - base[1])
-                wait += d_wait
-                if d_run > best_run:
-                    best_run, best_wait = d_run, d_wait
+                wait += w
+                if r > best_run:
+                    best_run, best_wait = r, w
+            rest = cur.rest
+            if rest is not None:
+                threads += 1
+                wait += rest.wait
+                if rest.best_run > best_run:
+                    best_run, best_wait = rest.best_run, rest.best_wait
         if not known:
             return
         out[k.PROCESS_CPU_CORES] = cpu / dt
         if threads:
-            out[k.PROCESS_RUNQUEUE_WAIT_CORES] = wait * 1e-9 / dt
-            out[k.PROCESS_BUSIEST_THREAD_RATIO] = _clamp(best_run * 1e-9 / dt)
-            out[k.PROCESS_SLEEPING_RATIO] = _clamp(1.0 - (best_run + best_wait) * 1e-9 / dt)
+            out[k.PROCESS_RUNQUEUE_WAIT_CORES] = wait
+            out[k.PROCESS_BUSIEST_THREAD_RATIO] = _clamp(best_run)
+            out[k.PROCESS_SLEEPING_RATIO] = _clamp(1.0 - best_run - best_wait)
 
     @staticmethod
     def _cgroup_rates(before: dict[str, CgroupReading], now: dict[str, CgroupReading], dt: float,
@@ -198,17 +232,22 @@ class HostReader:
 
     # ---- readings, once per tick ----
     def _start_tick(self, now: float) -> None:
-        self._tick, self._t = now, self.clock()
+        self._tick, self._now, self._t = now, now, self.clock()
+        self._serial += 1
         self.files.sweep()
         self._procs.clear()
         self._cgroups.clear()
+        self._done.clear()
         self._node = None
+        if not 0.0 <= now - self._pruned < self.threads.full_every_s:
+            self._pruned = now
+            self.threads.prune(now)
 
     def _process(self, pid: int) -> ProcessReading | None:
         if pid in self._procs:
             return self._procs[pid]
         try:
-            reading: ProcessReading | None = read_process(self.files.read, self.proc_root, pid)
+            reading: ProcessReading | None = self.threads.read(self.files.read, self.proc_root, pid, self._now, self._t)
         except (OSError, ValueError) as exc:
             self._failed("process", f"{self.proc_root}/{pid}", exc)
             reading = None
@@ -235,8 +274,15 @@ class HostReader:
     def _cgroup(self, dirs: CgroupDirs) -> CgroupReading | None:
         if dirs.key in self._cgroups:
             return self._cgroups[dirs.key]
+        known = self._limits.get(dirs.key)
         try:
-            reading: CgroupReading | None = read_cgroup(self.files.read, dirs)
+            if known is not None and 0.0 <= self._now - known[0] < self.threads.full_every_s:
+                reading: CgroupReading | None = read_cgroup(self.files.read, dirs, (known[1],))
+            else:  # the limit is re-read as often as a full pass of threads (it changes on a resize only)
+                reading = read_cgroup(self.files.read, dirs)
+                if len(self._limits) >= _CGROUP_CACHE_MAX:
+                    self._limits.clear()
+                self._limits[dirs.key] = (self._now, reading.limit_cores)
         except (OSError, ValueError) as exc:
             self._failed("cgroup", dirs.cpu or dirs.cpuacct or "?", exc)
             reading = None
