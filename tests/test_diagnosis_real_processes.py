@@ -64,7 +64,7 @@ while True:
         work(0.05)
         time.sleep(0.05)
     else:
-        work(0.3)
+        work(0.9)  # the feeding thread: busy most of the time, as a training loop's main thread is
 """
 
 
@@ -104,10 +104,10 @@ def _diagnose(tmp: Path, incident: str) -> list[str]:
             time.sleep(0.5)  # its threads started
             for s in range(NORMAL + INCIDENT):
                 if s == NORMAL:
-                    if incident == "starved":  # it and five spinners on one core
+                    if incident == "starved":  # it and seven spinners on one core
                         core = sorted(os.sched_getaffinity(0))[0]
                         _pin(child.pid, core)
-                        for _ in range(5):
+                        for _ in range(7):
                             sp = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_raised)
                             os.sched_setaffinity(sp.pid, {core})
                             spinners.append(sp)

@@ -157,8 +157,10 @@ class Evidence:
         before, now = self.windows(k.NODE_PRESSURE_CPU_WAITING_RATIO, since, ts)
         w_before, w_now = self.windows(k.PROCESS_RUNQUEUE_WAIT_CORES, since, ts)
         c_now = self.windows(k.PROCESS_CPU_CORES, since, ts)[1]
-        waits = w_now is not None and w_now >= 0.2 and (c_now is None or w_now >= 0.3 * c_now) \
-            and (w_before is None or w_now >= 2.0 * w_before + 0.1)
+        # it waits for a CPU a good part of what it runs, and half as much again as before (on a busy
+        # host some wait is normal)
+        waits = w_now is not None and w_now >= 0.2 and (c_now is None or w_now >= 0.5 * c_now) \
+            and (w_before is None or w_now >= 1.5 * w_before + 0.1)
         pressed = now is not None and now >= PRESSURE and (before is None or now >= before + _ROSE)
         if not waits and not (pressed and w_now is None):
             # the node's pressure is this process's only when it waits too: where its own wait is
