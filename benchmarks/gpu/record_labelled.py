@@ -73,6 +73,26 @@ def host_sidecar(path: Path, stop: threading.Event) -> None:
             out.flush()
 
 
+def pyspy_once(marks: Path, phase: str, out: Path, stop: threading.Event) -> None:
+    """Once ``phase`` has run 20 s, capture the job's stacks with the agent's own py-spy runner
+    (agent/pyspy.py) and write what it gave: whether py-spy can attach on this machine."""
+    from agent.pyspy import PySpyRunner, find_py_spy
+
+    while not stop.wait(1.0):
+        rows = [json.loads(line) for line in _read(str(marks)).splitlines() if line.strip()]
+        if not rows or rows[-1]["phase"] != phase or time.time() - rows[-1]["start"] < 20:
+            continue
+        binary = find_py_spy()
+        capture = PySpyRunner(binary)(rows[-1]["pid"], 5.0, 100, 30.0)
+        stacks = sorted(capture.stacks, key=lambda s: -s[1])[:10]
+        out.write_text(json.dumps({"phase": phase, "binary": binary, "status": capture.status,
+                                   "reason": capture.reason, "cpu_seconds": capture.cpu_seconds,
+                                   "stacks": len(capture.stacks),
+                                   "top": [{"count": n, "frames": stack.split(";")[-6:]} for stack, n in stacks]},
+                                  indent=1) + "\n", encoding="utf-8")
+        return
+
+
 def main() -> int:
     out = Path(os.environ.get("OUT", "/tmp/gpuwatch-labelled"))
     out.mkdir(parents=True, exist_ok=True)
@@ -93,6 +113,9 @@ def main() -> int:
         stop = threading.Event()
         sidecar = threading.Thread(target=host_sidecar, args=(out / f"{name}.host.jsonl", stop), daemon=True)
         sidecar.start()
+        if os.environ.get("GPUWATCH_RECORD_PYSPY"):  # the phase to capture, e.g. onethread
+            threading.Thread(target=pyspy_once, args=(labels.with_suffix(".marks"), os.environ["GPUWATCH_RECORD_PYSPY"],
+                                                      out / f"{name}.pyspy.json", stop), daemon=True).start()
         began = time.time()
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu/workload_labelled.py"), str(labels)],
                               env=env, stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT, check=False)

@@ -118,6 +118,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.10, "cpu_s": 0.05, "stall_steps": 1.8, "burners_per_core": 3, "leak_every_s": 1.5,
           "leak_gib": 0.75, "serve_period_s": 15.0, "launch_batch": 1500},
+    # "h": the seventh run, for issue 14 (recorded by the agent that reads the host): the three
+    # falls the host tells apart (a stall, a single-thread input pipeline, CPU contention), each 75 s
+    # with 25 s of training between, after an evaluation and a checkpoint; then a leak
+    "h": {"train": (("train", 30.0), ("eval", 10.0), ("train", 25.0), ("checkpoint", 6.0), ("train", 25.0),
+                    ("stall", 75.0), ("train", 25.0), ("onethread", 75.0), ("train", 25.0), ("contention", 75.0),
+                    ("train", 25.0), ("leak", 40.0)),
+          "tools": (),
+          "gpu_s": 0.09, "cpu_s": 0.06, "stall_steps": 2.0, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.75, "serve_period_s": 15.0, "launch_batch": 1500},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
