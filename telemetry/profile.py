@@ -126,15 +126,24 @@ class ProfileResult:
                    _text(body, "reason")[:MAX_REASON_CHARS])
 
 
+#: the frame that stands for samples of a thread without Python frames (native code only)
+NO_PYTHON_FRAMES = "<no Python frames>"
+
+
 def parse_folded(text: str) -> list[Stack]:
     """Stacks from folded text (``a;b;c 12`` per line; py-spy's ``--format raw``), merged by stack.
 
-    A line that is not ``stack count`` raises :class:`ValueError` naming its line number."""
+    A line with a count and no frames (py-spy writes `` 498`` for the samples of a thread with
+    no Python frames, such as PyTorch's native worker threads under ``--idle``: seen on the
+    real H200) counts under :data:`NO_PYTHON_FRAMES`. A line that is not ``stack count``
+    raises :class:`ValueError` naming its line number."""
     counts: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         stack, _, count = line.rstrip().rpartition(" ")
+        if not stack.strip() and count.isdigit():
+            stack = NO_PYTHON_FRAMES
         if not stack or not count.isdigit() or int(count) <= 0:
             raise ValueError(f"folded stacks line {number} is not 'frame;frame;... count': {line[:80]!r}")
         counts[stack] = counts.get(stack, 0) + int(count)

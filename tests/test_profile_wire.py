@@ -13,7 +13,7 @@ from agent.control import ControlListener
 from agent.kafka_settings import KafkaSettings
 from collector.api.flamegraph import ROOT, build, data_frame
 from telemetry.control import ControlError, KeyframeRequest, ProfileRequest, decode_control
-from telemetry.profile import STATUSES, ProcessProfile, ProfileResult, parse_folded
+from telemetry.profile import NO_PYTHON_FRAMES, STATUSES, ProcessProfile, ProfileResult, parse_folded
 
 text = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1, max_size=20)
 frame = st.text(st.characters(blacklist_characters=";\n\0 ", blacklist_categories=("Cs",)), min_size=1, max_size=8)
@@ -147,3 +147,11 @@ def test_a_small_flame_graph_exactly() -> None:
     assert list(zip(graph.level, graph.label, graph.value, graph.self_value, strict=True)) == [
         (0, "total", 11, 0), (1, "idle", 2, 2), (1, "main", 9, 1), (2, "load", 3, 0), (3, "read", 3, 3),
         (2, "step", 5, 5)]
+
+
+def test_samples_of_a_thread_without_python_frames_count_under_their_own_name() -> None:
+    """py-spy on the real H200 (a PyTorch job, ``--idle``) wrote `` 498``: a count and no frames,
+    the samples of a native worker thread. They are kept, not a failed capture."""
+    assert parse_folded("a;b 3\n 498\n") == [("a;b", 3), (NO_PYTHON_FRAMES, 498)]
+    with pytest.raises(ValueError, match="line 2"):
+        parse_folded(" \t\n x\n")  # no frames and no count
