@@ -9,7 +9,9 @@ emits every row with the declared type, and ``docs/metrics.md`` lists every row.
 call (``memory`` yields used, free and reserved). ``cost`` says how the scheduler treats
 that call: ``fast`` calls run every sample, ``slow`` calls run on a period stretched to
 their measured latency, ``gpm`` metrics come from two GPM samples, and ``event`` metrics
-come from the XID event thread, not from polling.
+come from the XID event thread, not from polling. ``scrape`` metrics come from the
+inference server of the pod that holds the GPU (:mod:`agent.inference`), scraped on a
+period of their own and present only for pods that ask to be scraped.
 
 ``resolution`` is the quantum the frame codec may round a float to: never coarser than
 1e-4 for ratios, and never coarser than the source's own resolution otherwise (NVML
@@ -37,7 +39,7 @@ from typing import Final, Literal
 from telemetry import keys as k
 
 MetricKind = Literal["gauge", "counter"]
-CostClass = Literal["fast", "slow", "gpm", "event"]
+CostClass = Literal["fast", "slow", "gpm", "event", "scrape"]
 RollupFn = Literal["avg", "max", "bit_or"]
 
 
@@ -199,6 +201,44 @@ CATALOG: tuple[Metric, ...] = (
         k.NVLINK_RX_BYTES, 1012, "B/s", _G,
         "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
         "gpm", "gpm", 1.0, nvml_divisor=_MIB_PER_BYTE,
+    ),
+    # Inference-server signals (issue 14): the figures of the pod that holds the GPU, from its own
+    # Prometheus endpoint (annotation gpuwatch.io/scrape-port), repeated on each GPU of a multi-GPU
+    # pod; rates and means over the interval between the agent's last two scrapes; absent for a
+    # pod that does not ask, before its second scrape, and while its endpoint does not answer.
+    Metric(
+        k.INFERENCE_REQUESTS_PER_SECOND, 60101, "req/s", _G,
+        "Requests the pod's inference server completed per second (Triton nv_inference_request_success,"
+        " vLLM vllm:request_success_total).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_QUEUE_SECONDS, 60102, "s", _G,
+        "Mean time a request waited in the inference server's queue (Triton nv_inference_queue_duration_us,"
+        " vLLM vllm:request_queue_time_seconds).", "scrape", "scrape", 0.001, keep_max=True,
+    ),
+    Metric(
+        k.INFERENCE_COMPUTE_SECONDS, 60103, "s", _G,
+        "Mean time a request spent computing (Triton nv_inference_compute_infer_duration_us,"
+        " vLLM vllm:request_inference_time_seconds).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_PENDING_REQUESTS, 60104, "requests", _G,
+        "Requests waiting in the inference server, summed over its models (Triton"
+        " nv_inference_pending_request_count, vLLM vllm:num_requests_waiting).", "scrape", "scrape", 0.001,
+        keep_max=True,
+    ),
+    Metric(
+        k.INFERENCE_RUNNING_REQUESTS, 60105, "requests", _G,
+        "Requests the inference server is running (vLLM vllm:num_requests_running).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_TTFT_SECONDS, 60106, "s", _G,
+        "Mean time to first token (vLLM vllm:time_to_first_token_seconds).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_KV_CACHE_RATIO, 60107, "ratio", _G,
+        "Share of the KV cache in use, 0..1 (vLLM vllm:kv_cache_usage_perc, v0 vllm:gpu_cache_usage_perc).",
+        "scrape", "scrape", RATIO,
     ),
 )
 

@@ -50,6 +50,16 @@ PCIE_RX_BYTES: Final = "DCGM_FI_PROF_PCIE_RX_BYTES"
 NVLINK_TX_BYTES: Final = "DCGM_FI_PROF_NVLINK_TX_BYTES"
 NVLINK_RX_BYTES: Final = "DCGM_FI_PROF_NVLINK_RX_BYTES"
 
+# Inference-server signals (issue 14; telemetry/catalog.py says what each holds). Not DCGM fields:
+# snake_case with a gpuwatch_ prefix, so they never collide with another exporter's names.
+INFERENCE_REQUESTS_PER_SECOND: Final = "gpuwatch_inference_requests_per_second"
+INFERENCE_QUEUE_SECONDS: Final = "gpuwatch_inference_queue_seconds"
+INFERENCE_COMPUTE_SECONDS: Final = "gpuwatch_inference_compute_seconds"
+INFERENCE_PENDING_REQUESTS: Final = "gpuwatch_inference_pending_requests"
+INFERENCE_RUNNING_REQUESTS: Final = "gpuwatch_inference_running_requests"
+INFERENCE_TTFT_SECONDS: Final = "gpuwatch_inference_ttft_seconds"
+INFERENCE_KV_CACHE_RATIO: Final = "gpuwatch_inference_kv_cache_ratio"
+
 #: dcgm-exporter's driver-version label on every series (a label, not a metric).
 DRIVER_VERSION_LABEL: Final = "DCGM_FI_DRIVER_VERSION"
 

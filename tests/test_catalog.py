@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from agent.devices import discover
@@ -20,7 +21,8 @@ TELEMETRY_MD = ROOT / "docs" / "telemetry-contract.md"  # the data contract, kep
 def test_catalog_rows_are_unique_and_well_formed() -> None:
     assert len(BY_KEY) == len(CATALOG) == len(BY_FIELD_ID)
     for m in CATALOG:
-        assert m.key.startswith("DCGM_FI_")
+        # DCGM's names for what NVML gives; gpuwatch's own rows (issue 14) are snake_case, prefixed
+        assert m.key.startswith("DCGM_FI_") or re.fullmatch(r"gpuwatch_[a-z0-9_]+", m.key), m.key
         assert m.kind in ("gauge", "counter")
         assert m.help and m.unit
         if m.unit == "ratio":
@@ -64,6 +66,16 @@ def test_every_source_has_a_reader_and_readers_write_their_keys() -> None:
     assert set(GPM_METRICS) == {m.key for m in CATALOG if m.cost == "gpm"}
 
 
+#: rows the sampler never fills itself: the inference servers' figures (cost "scrape") are there only
+#: for a GPU whose pod asks to be scraped (tests/test_inference_scraper.py fills them)
+SCRAPED = frozenset(m.key for m in CATALOG if m.cost == "scrape")
+
+
+def test_the_scraped_rows_are_the_inference_signals() -> None:
+    assert SCRAPED == {m.key for m in CATALOG if m.key.startswith("gpuwatch_inference_")}
+    assert sorted(BY_KEY[k].field_id for k in SCRAPED) == list(range(60101, 60108))
+
+
 def test_sampler_fills_every_catalog_key_on_an_h200() -> None:
     now = 1000.0
     fleet = SimulatedFleet(1, clock=lambda: now, start=0.0)
@@ -73,7 +85,7 @@ def test_sampler_fills_every_catalog_key_on_an_h200() -> None:
     sampler.sample(target, now)
     now += 1.0
     record = sampler.sample(target, now)
-    assert set(record.metrics) == set(BY_KEY)
+    assert set(record.metrics) == set(BY_KEY) - SCRAPED  # no pod asked to be scraped: those are absent
 
 
 def test_exporter_emits_every_sampled_key_with_its_type() -> None:
