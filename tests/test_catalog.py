@@ -72,7 +72,7 @@ SCRAPED = frozenset(m.key for m in CATALOG if m.cost == "scrape")
 
 
 def test_the_scraped_rows_are_the_inference_signals() -> None:
-    assert SCRAPED == {m.key for m in CATALOG if m.key.startswith("gpuwatch_inference_")}
+    assert {m.key for m in CATALOG if m.key.startswith("gpuwatch_inference_")} == SCRAPED
     assert sorted(BY_KEY[k].field_id for k in SCRAPED) == list(range(60101, 60108))
 
 
