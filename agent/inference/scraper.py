@@ -125,8 +125,8 @@ class InferenceScraper:
         allocated: list[PodKey] = sorted(
             (o.namespace or "", o.pod or "") for o in self._owners().get(t.key, ()) if o.pod)
         running: list[PodKey] = sorted({(p.namespace or "", p.pod or "") for p in processes if p.pod})
-        for key in (*allocated, *running):
-            figures = latest.get(key)
+        for pod in (*allocated, *running):
+            figures = latest.get(pod)
             if figures:
                 metrics.update(figures)
                 return
