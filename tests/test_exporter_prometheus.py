@@ -573,7 +573,7 @@ def test_every_transport_counter_reaches_metrics_and_lints(
     info = next(s for s in exposed.samples if s.name == "gpuwatch_agent_info")
     assert info.labels["agent_instance"] == agent.instance and len(agent.instance) == 16
     accounts = {s.labels["account"] for s in exposed.samples if s.name == "gpuwatch_agent_cpu_seconds_total"}
-    assert accounts == {"sampling", "transport", "http"}
+    assert accounts == {"sampling", "transport", "http", "inference"}
     proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     complaints = [line for line in (proc.stdout + proc.stderr).decode().splitlines() if "gpuwatch_" in line]
     assert not complaints, complaints
