@@ -16,7 +16,17 @@ the catalog rows it was written for, those up to and including its ``through`` k
 rows added later; the catalog only grows by appending. The templates reproduce the files
 that were applied byte for byte, so no database sees a change. A metric added to the
 catalog after ``through`` is :func:`pending`: its columns need a new migration, which
-:func:`add_metrics_sql` writes for the plain profile.
+:func:`add_metrics_sql` writes for both profiles; listed in :data:`GENERATED` with the
+rows it adds (``since`` exclusive, ``through`` inclusive), it is generated and checked too.
+
+On TimescaleDB a continuous aggregate cannot gain columns, and rebuilding the rollups (as
+0050 did) would recompute years of them for a few new columns. So an added migration
+creates a second pair of continuous aggregates for its columns alone
+(``gpu_samples_1m_NNNN``, ``gpu_samples_1h_NNNN``, same bucketing, policies and retention as
+``_v2``), and redefines the ``gpu_samples_1m`` / ``gpu_samples_1h`` views to join them to
+``_v2`` by (bucket, gpu): readers see the plain profile's columns, and the 1-minute and
+1-hour rollups of the new metrics exist from the migration on (NULL before it, as they have
+no raw data before it either).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
@@ -35,7 +46,7 @@ from collector.store.schema import (
     rollup_aggregates,
     rollup_metric_columns,
 )
-from telemetry.keys import NVLINK_RX_BYTES
+from telemetry.keys import INFERENCE_KV_CACHE_RATIO, NVLINK_RX_BYTES
 
 MIGRATIONS: Final = Path(__file__).resolve().parents[1] / "migrations"
 TEMPLATES: Final = MIGRATIONS / "templates"
@@ -123,11 +134,13 @@ def render(template: str, columns: Sequence[MetricColumn]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Generated:
-    """One generated migration: its template, its output, and the last catalog row it covers."""
+    """One generated migration: its template (or, with ``since``, the rows after ``since`` it adds),
+    its output, and the last catalog row it covers."""
 
     profile: str
     name: str
     through: str
+    since: str | None = None
 
     @property
     def template(self) -> Path:
@@ -137,15 +150,27 @@ class Generated:
     def output(self) -> Path:
         return MIGRATIONS / self.profile / f"{self.name}.sql"
 
+    def added(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricColumn, ...]:
+        """The columns this migration adds (after ``since``, through ``through``); all covered without ``since``."""
+        covered = columns_through(self.through, columns)
+        return covered[len(columns_through(self.since, columns)):] if self.since else covered
+
     def text(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> str:
-        return render(self.template.read_text(encoding="utf-8"), columns_through(self.through, columns))
+        if self.since is None:
+            return render(self.template.read_text(encoding="utf-8"), columns_through(self.through, columns))
+        earlier = [g for g in GENERATED if g.since is not None and g.profile == self.profile and g.name < self.name]
+        return add_metrics_sql(self.profile, self.added(columns), self.name,
+                               [(g.name, g.added(columns)) for g in earlier])
 
 
 #: every migration that lists metric columns, in version order
-GENERATED: Final[tuple[Generated, ...]] = tuple(
-    Generated(profile, name, NVLINK_RX_BYTES)
-    for name in ("0002_samples", "0003_rollups", "0050_rollup_counts")
-    for profile in ("plain", "timescale")
+GENERATED: Final[tuple[Generated, ...]] = (
+    *(Generated(profile, name, NVLINK_RX_BYTES)
+      for name in ("0002_samples", "0003_rollups", "0050_rollup_counts")
+      for profile in ("plain", "timescale")),
+    # issue 14: the inference-server rows (after the host rows of migration 0060, when merged)
+    *(Generated(profile, "0061_inference_columns", INFERENCE_KV_CACHE_RATIO, since=NVLINK_RX_BYTES)
+      for profile in ("plain", "timescale")),
 )
 
 
@@ -155,23 +180,97 @@ def pending(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricCol
     return tuple(c for c in columns if c.key not in covered)
 
 
-def add_metrics_sql(profile: str, columns: Sequence[MetricColumn]) -> str:
-    """A migration that adds ``columns`` (new catalog rows) to the raw table and the rollups.
+def add_metrics_sql(profile: str, columns: Sequence[MetricColumn], name: str = "NNNN_new_metrics",
+                    earlier: Sequence[tuple[str, Sequence[MetricColumn]]] = ()) -> str:
+    """A migration ``name`` that adds ``columns`` (new catalog rows) to the raw table and the rollups.
 
-    Only the plain profile: a TimescaleDB continuous aggregate cannot gain columns, so there a
-    new metric needs its rollups rebuilt the way migration 0050 did (not generated yet).
+    Plain: ALTER TABLE on the raw table and both rollup tables. TimescaleDB: ALTER TABLE on the
+    raw hypertable, a pair of continuous aggregates for the new columns, and the rollup views
+    redefined over ``_v2`` joined to those of ``earlier`` added migrations (name, columns) and
+    this one (see the module's docstring for why).
     """
-    if profile != "plain":
-        raise NotImplementedError(
-            f"the {profile} profile's continuous aggregates cannot gain columns; "
-            "a new metric there needs a hand-written migration like timescale/0050_rollup_counts.sql")
     keys = ", ".join(c.key for c in columns)
     raw = LIST_BLOCKS["sample_columns"](columns)
-    rollup = LIST_BLOCKS["rollup_columns"](columns) + [f"{c.count_name} bigint" for c in _avg(columns)]
     parts = [f"-- Generated by `gpuwatch catalog --sql` for catalog rows {keys}.\n"]
-    for table, cols in (("gpu_samples", raw), ("gpu_samples_1m", rollup), ("gpu_samples_1h", rollup)):
-        parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(f"ADD COLUMN {c}" for c in cols) + ";\n")
-    return "".join(parts)
+    if profile == "plain":
+        rollup = LIST_BLOCKS["rollup_columns"](columns) + [f"{c.count_name} bigint" for c in _avg(columns)]
+        for table, cols in (("gpu_samples", raw), ("gpu_samples_1m", rollup), ("gpu_samples_1h", rollup)):
+            parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(f"ADD COLUMN {c}" for c in cols) + ";\n")
+        return "".join(parts)
+    if profile != "timescale":
+        raise ValueError(f"no such profile {profile!r}")
+    return "".join(parts) + _timescale_added(raw, columns, name, earlier)
+
+
+def _aggregate_suffix(name: str) -> str:
+    """``0061_inference_columns`` -> ``0061``: the suffix of that migration's continuous aggregates."""
+    return name.split("_", 1)[0]
+
+
+def _timescale_added(raw: Sequence[str], columns: Sequence[MetricColumn], name: str,
+                     earlier: Sequence[tuple[str, Sequence[MetricColumn]]]) -> str:
+    suffix = _aggregate_suffix(name)
+    m1, h1 = f"gpu_samples_1m_{suffix}", f"gpu_samples_1h_{suffix}"
+    indent = ",\n    "
+    minutely = [f"{agg} AS {col}" for col, agg in raw_aggregates(columns) if col != "node"]
+    hourly = [f"{agg} AS {col}" for col, agg in rollup_aggregates(columns) if col != "node"]
+    out = [
+        "-- TimescaleDB: the raw hypertable gains the columns; its continuous aggregates cannot, so these\n"
+        f"-- columns get their own pair ({m1}, {h1}: same buckets, refresh and retention\n"
+        "-- policies as the _v2 pair), and the gpu_samples_1m / _1h views join them to _v2 by (bucket, gpu),\n"
+        "-- so readers see the plain profile's columns (collector/store/sqlgen.py says why).\n",
+        "\nALTER TABLE gpu_samples\n    " + indent.join(f"ADD COLUMN {c}" for c in raw) + ";\n",
+        f"\nCREATE MATERIALIZED VIEW {m1}\nWITH (timescaledb.continuous, timescaledb.materialized_only = false) AS\n"
+        "SELECT\n    time_bucket(INTERVAL '1 minute', ts) AS bucket,\n    gpu,\n    " + indent.join(minutely)
+        + "\nFROM gpu_samples\nGROUP BY time_bucket(INTERVAL '1 minute', ts), gpu\nWITH NO DATA;\n"
+        f"SELECT add_continuous_aggregate_policy('{m1}',\n"
+        "    start_offset => INTERVAL '7 days', end_offset => INTERVAL '1 minute',\n"
+        "    schedule_interval => INTERVAL '1 minute');\n"
+        f"SELECT add_retention_policy('{m1}', INTERVAL '90 days');\n",
+        f"\nCREATE MATERIALIZED VIEW {h1}\nWITH (timescaledb.continuous, timescaledb.materialized_only = false) AS\n"
+        "SELECT\n    time_bucket(INTERVAL '1 hour', bucket) AS bucket,\n    gpu,\n    " + indent.join(hourly)
+        + f"\nFROM {m1}\nGROUP BY time_bucket(INTERVAL '1 hour', bucket), gpu\nWITH NO DATA;\n"
+        f"SELECT add_continuous_aggregate_policy('{h1}',\n"
+        "    start_offset => INTERVAL '8 days', end_offset => INTERVAL '1 hour',\n"
+        "    schedule_interval => INTERVAL '30 minutes');\n"
+        f"SELECT add_retention_policy('{h1}', INTERVAL '2 years');\n",
+    ]
+    base = columns_through(NVLINK_RX_BYTES)  # the _v2 / _v1 pair's columns (migration 0050)
+    joined = [*earlier, (name, columns)]
+    for width in ("1m", "1h"):
+        view = f"gpu_samples_{width}"
+        names = ["v.bucket", "v.gpu", "v.node", "v.samples", *(f"v.{c}" for c in rollup_metric_columns(base)),
+                 *(f"v.{c.count_name}" for c in _avg(base))]
+        nulls = ["bucket", "gpu", "node", "samples", *rollup_metric_columns(base), *(c.count_name for c in _avg(base))]
+        joins = []
+        for n, cols in joined:
+            alias = f"a{_aggregate_suffix(n)}"
+            added = [*rollup_metric_columns(cols).items(), *((c.count_name, "bigint") for c in _avg(cols))]
+            names += [f"{alias}.{c}" for c, _ in added]
+            nulls += [f"NULL::{t} AS {c}" for c, t in added]
+            joins.append(f"LEFT JOIN {view}_{_aggregate_suffix(n)} {alias} ON {alias}.bucket = v.bucket"
+                         f" AND {alias}.gpu = v.gpu")
+        out.append(
+            f"\nCREATE OR REPLACE VIEW {view} AS\n" + _wrap("SELECT " + ", ".join(names))
+            + f"\nFROM {view}_v2 v\n" + "\n".join(joins)
+            + f"\nWHERE v.bucket >= (SELECT cutover FROM rollup_cutover WHERE rollup = '{view}')\nUNION ALL\n"
+            + _wrap("SELECT " + ", ".join(nulls))
+            + f"\nFROM {view}_v1\nWHERE bucket < (SELECT cutover FROM rollup_cutover WHERE rollup = '{view}');\n")
+    return "".join(out)
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=_VIEW_WIDTH, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def added_aggregates() -> tuple[tuple[str, str, timedelta], ...]:
+    """(rollup view, continuous aggregate, bucket width) of every added TimescaleDB migration, for
+    Store.maintain()'s refresh of late buckets."""
+    return tuple(
+        (f"gpu_samples_{w}", f"gpu_samples_{w}_{_aggregate_suffix(g.name)}", width)
+        for g in GENERATED if g.since is not None and g.profile == "timescale"
+        for w, width in (("1m", timedelta(minutes=1)), ("1h", timedelta(hours=1))))
 
 
 def check() -> list[str]:
