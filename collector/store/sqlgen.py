@@ -241,7 +241,8 @@ def _timescale_added(raw: Sequence[str], columns: Sequence[MetricColumn], name: 
         view = f"gpu_samples_{width}"
         names = ["v.bucket", "v.gpu", "v.node", "v.samples", *(f"v.{c}" for c in rollup_metric_columns(base)),
                  *(f"v.{c.count_name}" for c in _avg(base))]
-        nulls = ["bucket", "gpu", "node", "samples", *rollup_metric_columns(base), *(c.count_name for c in _avg(base))]
+        nulls = ["bucket", "gpu", "node", "samples", *rollup_metric_columns(base),
+                 *(f"NULL::bigint AS {c.count_name}" for c in _avg(base))]  # _v1 has no counts (0050)
         joins = []
         for n, cols in joined:
             alias = f"a{_aggregate_suffix(n)}"

@@ -118,18 +118,23 @@ SELECT bucket, gpu, node, samples, dcgm_fi_dev_gpu_util, dcgm_fi_dev_mem_copy_ut
     dcgm_fi_prof_sm_occupancy, dcgm_fi_prof_pipe_tensor_active, dcgm_fi_prof_dram_active,
     dcgm_fi_prof_pipe_fp64_active, dcgm_fi_prof_pipe_fp32_active, dcgm_fi_prof_pipe_fp16_active,
     dcgm_fi_prof_pcie_tx_bytes, dcgm_fi_prof_pcie_rx_bytes, dcgm_fi_prof_nvlink_tx_bytes,
-    dcgm_fi_prof_nvlink_rx_bytes, dcgm_fi_dev_gpu_util_n, dcgm_fi_dev_mem_copy_util_n,
-    dcgm_fi_dev_enc_util_n, dcgm_fi_dev_dec_util_n, dcgm_fi_dev_fb_free_n, dcgm_fi_dev_fb_used_n,
-    dcgm_fi_dev_fb_reserved_n, dcgm_fi_dev_power_usage_n, dcgm_fi_dev_gpu_temp_n,
-    dcgm_fi_dev_memory_temp_n, dcgm_fi_dev_sm_clock_n, dcgm_fi_dev_mem_clock_n, dcgm_fi_dev_pstate_n,
-    dcgm_fi_dev_power_mgmt_limit_n, dcgm_fi_prof_gr_engine_active_n, dcgm_fi_prof_sm_active_n,
-    dcgm_fi_prof_sm_occupancy_n, dcgm_fi_prof_pipe_tensor_active_n, dcgm_fi_prof_dram_active_n,
-    dcgm_fi_prof_pipe_fp64_active_n, dcgm_fi_prof_pipe_fp32_active_n, dcgm_fi_prof_pipe_fp16_active_n,
-    dcgm_fi_prof_pcie_tx_bytes_n, dcgm_fi_prof_pcie_rx_bytes_n, dcgm_fi_prof_nvlink_tx_bytes_n,
-    dcgm_fi_prof_nvlink_rx_bytes_n, NULL::double precision AS gpuwatch_inference_requests_per_second,
-    NULL::double precision AS gpuwatch_inference_queue_seconds, NULL::double precision AS
-    gpuwatch_inference_queue_seconds_max, NULL::double precision AS gpuwatch_inference_compute_seconds,
-    NULL::double precision AS gpuwatch_inference_pending_requests, NULL::double precision AS
+    dcgm_fi_prof_nvlink_rx_bytes, NULL::bigint AS dcgm_fi_dev_gpu_util_n, NULL::bigint AS
+    dcgm_fi_dev_mem_copy_util_n, NULL::bigint AS dcgm_fi_dev_enc_util_n, NULL::bigint AS
+    dcgm_fi_dev_dec_util_n, NULL::bigint AS dcgm_fi_dev_fb_free_n, NULL::bigint AS dcgm_fi_dev_fb_used_n,
+    NULL::bigint AS dcgm_fi_dev_fb_reserved_n, NULL::bigint AS dcgm_fi_dev_power_usage_n, NULL::bigint AS
+    dcgm_fi_dev_gpu_temp_n, NULL::bigint AS dcgm_fi_dev_memory_temp_n, NULL::bigint AS
+    dcgm_fi_dev_sm_clock_n, NULL::bigint AS dcgm_fi_dev_mem_clock_n, NULL::bigint AS
+    dcgm_fi_dev_pstate_n, NULL::bigint AS dcgm_fi_dev_power_mgmt_limit_n, NULL::bigint AS
+    dcgm_fi_prof_gr_engine_active_n, NULL::bigint AS dcgm_fi_prof_sm_active_n, NULL::bigint AS
+    dcgm_fi_prof_sm_occupancy_n, NULL::bigint AS dcgm_fi_prof_pipe_tensor_active_n, NULL::bigint AS
+    dcgm_fi_prof_dram_active_n, NULL::bigint AS dcgm_fi_prof_pipe_fp64_active_n, NULL::bigint AS
+    dcgm_fi_prof_pipe_fp32_active_n, NULL::bigint AS dcgm_fi_prof_pipe_fp16_active_n, NULL::bigint AS
+    dcgm_fi_prof_pcie_tx_bytes_n, NULL::bigint AS dcgm_fi_prof_pcie_rx_bytes_n, NULL::bigint AS
+    dcgm_fi_prof_nvlink_tx_bytes_n, NULL::bigint AS dcgm_fi_prof_nvlink_rx_bytes_n, NULL::double
+    precision AS gpuwatch_inference_requests_per_second, NULL::double precision AS
+    gpuwatch_inference_queue_seconds, NULL::double precision AS gpuwatch_inference_queue_seconds_max,
+    NULL::double precision AS gpuwatch_inference_compute_seconds, NULL::double precision AS
+    gpuwatch_inference_pending_requests, NULL::double precision AS
     gpuwatch_inference_pending_requests_max, NULL::double precision AS
     gpuwatch_inference_running_requests, NULL::double precision AS gpuwatch_inference_ttft_seconds,
     NULL::double precision AS gpuwatch_inference_kv_cache_ratio, NULL::bigint AS
@@ -186,18 +191,23 @@ SELECT bucket, gpu, node, samples, dcgm_fi_dev_gpu_util, dcgm_fi_dev_mem_copy_ut
     dcgm_fi_prof_sm_occupancy, dcgm_fi_prof_pipe_tensor_active, dcgm_fi_prof_dram_active,
     dcgm_fi_prof_pipe_fp64_active, dcgm_fi_prof_pipe_fp32_active, dcgm_fi_prof_pipe_fp16_active,
     dcgm_fi_prof_pcie_tx_bytes, dcgm_fi_prof_pcie_rx_bytes, dcgm_fi_prof_nvlink_tx_bytes,
-    dcgm_fi_prof_nvlink_rx_bytes, dcgm_fi_dev_gpu_util_n, dcgm_fi_dev_mem_copy_util_n,
-    dcgm_fi_dev_enc_util_n, dcgm_fi_dev_dec_util_n, dcgm_fi_dev_fb_free_n, dcgm_fi_dev_fb_used_n,
-    dcgm_fi_dev_fb_reserved_n, dcgm_fi_dev_power_usage_n, dcgm_fi_dev_gpu_temp_n,
-    dcgm_fi_dev_memory_temp_n, dcgm_fi_dev_sm_clock_n, dcgm_fi_dev_mem_clock_n, dcgm_fi_dev_pstate_n,
-    dcgm_fi_dev_power_mgmt_limit_n, dcgm_fi_prof_gr_engine_active_n, dcgm_fi_prof_sm_active_n,
-    dcgm_fi_prof_sm_occupancy_n, dcgm_fi_prof_pipe_tensor_active_n, dcgm_fi_prof_dram_active_n,
-    dcgm_fi_prof_pipe_fp64_active_n, dcgm_fi_prof_pipe_fp32_active_n, dcgm_fi_prof_pipe_fp16_active_n,
-    dcgm_fi_prof_pcie_tx_bytes_n, dcgm_fi_prof_pcie_rx_bytes_n, dcgm_fi_prof_nvlink_tx_bytes_n,
-    dcgm_fi_prof_nvlink_rx_bytes_n, NULL::double precision AS gpuwatch_inference_requests_per_second,
-    NULL::double precision AS gpuwatch_inference_queue_seconds, NULL::double precision AS
-    gpuwatch_inference_queue_seconds_max, NULL::double precision AS gpuwatch_inference_compute_seconds,
-    NULL::double precision AS gpuwatch_inference_pending_requests, NULL::double precision AS
+    dcgm_fi_prof_nvlink_rx_bytes, NULL::bigint AS dcgm_fi_dev_gpu_util_n, NULL::bigint AS
+    dcgm_fi_dev_mem_copy_util_n, NULL::bigint AS dcgm_fi_dev_enc_util_n, NULL::bigint AS
+    dcgm_fi_dev_dec_util_n, NULL::bigint AS dcgm_fi_dev_fb_free_n, NULL::bigint AS dcgm_fi_dev_fb_used_n,
+    NULL::bigint AS dcgm_fi_dev_fb_reserved_n, NULL::bigint AS dcgm_fi_dev_power_usage_n, NULL::bigint AS
+    dcgm_fi_dev_gpu_temp_n, NULL::bigint AS dcgm_fi_dev_memory_temp_n, NULL::bigint AS
+    dcgm_fi_dev_sm_clock_n, NULL::bigint AS dcgm_fi_dev_mem_clock_n, NULL::bigint AS
+    dcgm_fi_dev_pstate_n, NULL::bigint AS dcgm_fi_dev_power_mgmt_limit_n, NULL::bigint AS
+    dcgm_fi_prof_gr_engine_active_n, NULL::bigint AS dcgm_fi_prof_sm_active_n, NULL::bigint AS
+    dcgm_fi_prof_sm_occupancy_n, NULL::bigint AS dcgm_fi_prof_pipe_tensor_active_n, NULL::bigint AS
+    dcgm_fi_prof_dram_active_n, NULL::bigint AS dcgm_fi_prof_pipe_fp64_active_n, NULL::bigint AS
+    dcgm_fi_prof_pipe_fp32_active_n, NULL::bigint AS dcgm_fi_prof_pipe_fp16_active_n, NULL::bigint AS
+    dcgm_fi_prof_pcie_tx_bytes_n, NULL::bigint AS dcgm_fi_prof_pcie_rx_bytes_n, NULL::bigint AS
+    dcgm_fi_prof_nvlink_tx_bytes_n, NULL::bigint AS dcgm_fi_prof_nvlink_rx_bytes_n, NULL::double
+    precision AS gpuwatch_inference_requests_per_second, NULL::double precision AS
+    gpuwatch_inference_queue_seconds, NULL::double precision AS gpuwatch_inference_queue_seconds_max,
+    NULL::double precision AS gpuwatch_inference_compute_seconds, NULL::double precision AS
+    gpuwatch_inference_pending_requests, NULL::double precision AS
     gpuwatch_inference_pending_requests_max, NULL::double precision AS
     gpuwatch_inference_running_requests, NULL::double precision AS gpuwatch_inference_ttft_seconds,
     NULL::double precision AS gpuwatch_inference_kv_cache_ratio, NULL::bigint AS
