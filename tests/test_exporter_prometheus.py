@@ -585,13 +585,14 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
     import agent.exposition
     from agent.control import ControlListener
     from agent.framing import Framer
+    from agent.inference.scraper import InferenceScraper
     from agent.kafka_settings import KafkaSettings
     from agent.sender import Sender
     from agent.stats import rows, snapshot
 
     table = rows()
     assert {r.source.split(".")[0] for r in table} >= {
-        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats"}
+        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats", "ScrapeStats"}
     assert agent.exposition.AgentStats.__name__ == "AgentStats"
     names = [r.name for r in table]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
@@ -602,7 +603,9 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
         framer = Framer(sender.submit, node=sim.agent.node, instance=sim.agent.instance, cpu=sim.agent.cpu)
         control = ControlListener(kafka, sim.agent.node, sim.agent.instance, framer.request_keyframe,
                                   cpu=sim.agent.cpu)
-        exposition = Exposition(sim.agent, lambda: (*sender.snapshots(), framer.stats(), control.stats()))
+        scraper = InferenceScraper(list, dict, cpu=sim.agent.cpu)  # its figures, as an agent in Kubernetes has them
+        exposition = Exposition(sim.agent, lambda: (*sender.snapshots(), framer.stats(), control.stats(),
+                                                    *scraper.stats()))
         exposed = Exposed.parse(exposition.render().decode())
     finally:
         sender.stop()
