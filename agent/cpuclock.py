@@ -10,7 +10,9 @@ account, and an account's CPU time is the sum of its threads' CPU clocks:
 * ``transport``: the framer's timer, the Kafka sender's loop and spool worker, the control
   consumer, and frame encoding done on the sampling thread (moved over with
   :meth:`ThreadCpu.transfer`), paid from the transport's own budget;
-* ``http``: the CPU of each ``/metrics`` request, added by the handler.
+* ``http``: the CPU of each ``/metrics`` request, added by the handler;
+* ``inference``: the thread that scrapes the inference servers of pods that ask for it
+  (:mod:`agent.inference.scraper`), on its own period, outside the sampling budget.
 
 Cost: a reading is one ``clock_gettime(2)`` per registered thread (about a microsecond:
 Linux has no vDSO path for another thread's CPU clock), against tens of microseconds to
@@ -37,7 +39,8 @@ from dataclasses import dataclass
 SAMPLING = "sampling"
 TRANSPORT = "transport"
 HTTP = "http"
-ACCOUNTS = (SAMPLING, TRANSPORT, HTTP)
+INFERENCE = "inference"
+ACCOUNTS = (SAMPLING, TRANSPORT, HTTP, INFERENCE)
 
 
 @dataclass(slots=True)

@@ -217,7 +217,8 @@ class _AgentCollector(Collector):
             "gpuwatch_agent_cpu_seconds",
             "CPU time of the agent's own threads by account: sampling (sampling and XID threads, what "
             "the CPU budget governs), transport (framing, Kafka, spool), http (/metrics requests), profile "
-            "(py-spy captures, py-spy's own CPU included; present once profiling is on).",
+            "(py-spy captures, py-spy's own CPU included; present once profiling is on), inference "
+            "(scraping the inference servers of pods that ask for it).",
             labels=["account"])
         for account, seconds in sorted(a.cpu.accounts().items()):
             cpu.add_metric([account], max(0.0, seconds))
@@ -236,6 +237,8 @@ class _AgentCollector(Collector):
         yield errors
         if self.transport_stats is not None:
             yield from families(self.transport_stats())
+        if a.pod_figures is not None:
+            yield from families(a.pod_figures.stats())
         info = GaugeMetricFamily(
             "gpuwatch_agent_info",
             "Agent build and driver; agent_instance is the random id of this agent process, also the "

@@ -39,9 +39,10 @@ from agent.host import HostReader
 from agent.readers import READERS
 from agent.sampler import IdentifyFn, Identity, Sampler, anonymous
 from agent.scheduler import AdaptiveInterval, CpuBudget, DueQueue, is_busy, slow_periods, volatility
+from agent.stats import Snapshot
 from agent.transitions import GpuTransitions
 from telemetry.ratelimit import RateLimitedLog
-from telemetry.records import EventRecord, GpuRecord
+from telemetry.records import EventRecord, GpuRecord, ProcessRecord
 from telemetry.xid import GPU_LOST
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,16 @@ class Attribution(Protocol):
     def start(self) -> None: ...
     def stop(self, timeout: float = 5.0) -> None: ...
     def sources(self) -> list[str]: ...
+
+
+class PodFigures(Protocol):
+    """Figures of the pods on this node added to the records of the GPUs they hold
+    (agent.inference.scraper.InferenceScraper: their inference servers'), on a thread of their own."""
+
+    def add_to(self, t: GpuTarget, processes: Sequence[ProcessRecord], metrics: dict[str, float]) -> None: ...
+    def start(self) -> None: ...
+    def stop(self, timeout: float = 5.0) -> None: ...
+    def stats(self) -> Sequence[Snapshot]: ...
 
 
 @dataclass(slots=True)
@@ -105,18 +116,21 @@ class Agent:
         record_sinks: Sequence[RecordSink] = (),
         event_sinks: Sequence[EventSink] = (),
         host: HostReader | None = None,
+        pod_figures: PodFigures | None = None,
     ) -> None:
         """``cpu_clock`` times one sample on the sampling thread; ``budget_cpu_clock`` is what the
         budget's feedback reads (default: the ``sampling`` account of ``cpu``, the agent's threads).
         Every record and event goes to each of ``record_sinks`` and ``event_sinks``, in order.
         ``host`` adds the host evidence of each GPU's processes to its records (read on the
-        sampling thread inside each sample's CPU cost, so the budget covers it); None: off."""
+        sampling thread inside each sample's CPU cost, so the budget covers it); None: off.
+        ``pod_figures`` (optional) adds its figures to each record and runs from start() to stop()."""
         self.driver = driver
         self.node = node
         self.instance = instance or new_instance_id()
         self.config = config or ScheduleConfig()
         self.attribution = attribution
         self.host = host
+        self.pod_figures = pod_figures
         self.clock = clock
         self.cpu_clock = cpu_clock
         self.cpu = cpu or ThreadCpu()
@@ -155,7 +169,8 @@ class Agent:
         self.driver.init()
         self.driver_version = self.driver.driver_version()
         identify: IdentifyFn = self.attribution.identify if self.attribution else anonymous
-        self.sampler = Sampler(self.driver, self.node, self.driver_version, identify, host=self.host)
+        self.sampler = Sampler(self.driver, self.node, self.driver_version, identify, host=self.host,
+                               enrich=self.pod_figures.add_to if self.pod_figures is not None else None)
         targets = discover(self.driver)
         if self.calibrate_calls and targets:
             whole = next((t for t in targets if t.parent is None and not t.mig_parent), targets[0])
@@ -327,6 +342,8 @@ class Agent:
             self.open()
         if self.attribution is not None:
             self.attribution.start()
+        if self.pod_figures is not None:
+            self.pod_figures.start()
         self._threads = [
             self.cpu.spawn(SAMPLING, self._run, "gpuwatch-sampler"),
             self.cpu.spawn(SAMPLING, self._xid_loop, "gpuwatch-xid"),
@@ -379,6 +396,8 @@ class Agent:
         for th in self._threads:
             th.join(timeout)
         self._threads = []
+        if self.pod_figures is not None:
+            self.pod_figures.stop(timeout)
         if self.attribution is not None:
             self.attribution.stop(timeout)
         if self.sampler is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -88,6 +88,9 @@ class Anonymous:
 
 
 IdentifyFn = Callable[[int], Identity]
+#: adds figures that do not come from the driver to a GPU's metrics before its record is made
+#: (the inference servers' of the pod holding it: agent.inference.scraper.InferenceScraper.add_to)
+EnrichFn = Callable[[GpuTarget, Sequence[ProcessRecord], dict[str, float]], None]
 
 
 def anonymous(_pid: int) -> Identity:
@@ -105,6 +108,7 @@ class Sampler:
     xid: dict[str, int] = field(default_factory=dict)  # last XID per GPU UUID (event thread)
     slow: frozenset[str] = frozenset()  # sources on their own period (set by the agent)
     host: HostReader | None = None  # the host evidence (agent.host); None: off
+    enrich: EnrichFn | None = None
     _proc_since_us: dict[str, int] = field(default_factory=dict)
     _last_util: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
 
@@ -145,6 +149,8 @@ class Sampler:
             for key in HOST_KEYS:  # absent now (a process left, a first reading): not its old value
                 if key not in metrics:
                     t.last_metrics.pop(key, None)
+        if self.enrich is not None:
+            self.enrich(t, processes, metrics)
         t.last_metrics.update(metrics)
         return GpuRecord(
             ts=now, node=self.node, gpu=t.key, metrics=metrics, gpu_index=t.index, model=t.model,

@@ -54,6 +54,11 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
         "/proc", min_length=1, description="the host's /proc (e.g. /host/proc when mounted there)")
     host_cgroup_root: str = Field(
         "/sys/fs/cgroup", min_length=1, description="the host's cgroup mount (e.g. /host/sys/fs/cgroup)")
+    inference_scrape_period: float = Field(
+        5.0, ge=0, le=300, description="seconds between scrapes of the inference endpoints of pods that ask for it "
+        "(annotation gpuwatch.io/scrape-port); 0: never scrape")
+    inference_scrape_timeout: float = Field(
+        1.0, gt=0, le=30, description="longest wait for one inference endpoint's whole page, s")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="log level")
     # sending to the collector (unset: /metrics only, like dcgm-exporter)
     kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers; unset = do not send")
@@ -82,6 +87,10 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
         if self.interval_ceiling < self.interval_floor:
             raise ValueError(f"{where('interval_ceiling')} is {self.interval_ceiling}: it must be at least "
                              f"{where('interval_floor')}, {self.interval_floor}")
+        if 0 < self.inference_scrape_period < self.inference_scrape_timeout:
+            raise ValueError(f"{where('inference_scrape_timeout', flag=None)} is {self.inference_scrape_timeout} s: "
+                             f"it must not exceed {where('inference_scrape_period', flag=None)}, "
+                             f"{self.inference_scrape_period} s")
         segment = self.spool_segment_bytes()
         if self.spool_max_mb << 20 < 2 * segment:
             raise ValueError(

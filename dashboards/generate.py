@@ -300,6 +300,17 @@ def gpu_detail() -> Dashboard:
                       ("increase({DCGM_FI_DEV_PCIE_REPLAY_COUNTER}[5m])", "pcie replays/5m"),
                       ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc sbe"), ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc dbe"),
                       ("DCGM_FI_DEV_XID_ERRORS", "xid")))
+        .with_row(Row("Inference server (pods annotated gpuwatch.io/scrape-port)"))
+        .with_panel(g("Requests", "reqps", ("gpuwatch_inference_requests_per_second", ""),
+                      description="Requests the pod's inference server (Triton, vLLM) completed per second; the "
+                                  "pod's figure, on each of its GPUs."))
+        .with_panel(g("Queue, compute, first token", "s", ("gpuwatch_inference_queue_seconds", "queue"),
+                      ("gpuwatch_inference_compute_seconds", "compute"), ("gpuwatch_inference_ttft_seconds", "ttft"),
+                      description="Mean per request over the agent's last scrape interval."))
+        .with_panel(g("Pending / running requests, KV cache", "none",
+                      ("gpuwatch_inference_pending_requests", "pending"),
+                      ("gpuwatch_inference_running_requests", "running"),
+                      ("100 * {gpuwatch_inference_kv_cache_ratio}", "kv cache %")))
         .with_row(Row("Processes"))
         .with_panel(ts("Process memory", "bytes", prom(
             f"sum by (namespace, pod, process_name, pid) (gpuwatch_process_used_memory_bytes{{{f}}})",

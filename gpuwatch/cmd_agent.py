@@ -100,10 +100,27 @@ def build_agent(settings: Any, *, cpu: ThreadCpu | None = None, instance: str | 
 
         # a simulated GPU's pids are not processes of this machine: only the node's figures are real
         host = HostReader(settings.host_proc_root, settings.host_cgroup_root, processes=not settings.simulate)
+    from agent.cpuclock import ThreadCpu
+
+    cpu = cpu or ThreadCpu()
     agent = Agent(driver, settings.node_name, config, attribution, cpu=cpu, instance=instance,
-                  record_sinks=record_sinks, event_sinks=event_sinks, host=host)
+                  record_sinks=record_sinks, event_sinks=event_sinks, host=host,
+                  pod_figures=_inference_scraper(settings, attribution, cpu))
     log.info("agent instance %s (the 'instance' header of its messages)", agent.instance)
     return agent
+
+
+def _inference_scraper(settings: Any, attribution: Any, cpu: ThreadCpu) -> Any:
+    """The scraper of pods' inference endpoints, where the agent sees this node's pods (Kubernetes)."""
+    if settings.simulate or attribution is None or "kubernetes" not in attribution.sources():
+        return None
+    if not settings.inference_scrape_period:
+        log.info("inference scraping is off (GPUWATCH_INFERENCE_SCRAPE_PERIOD=0)")
+        return None
+    from agent.inference.scraper import InferenceScraper
+
+    return InferenceScraper(attribution.pods, attribution.gpu_owners, cpu=cpu,
+                            period=settings.inference_scrape_period, timeout=settings.inference_scrape_timeout)
 
 
 def wait_for_signal() -> None:

@@ -35,7 +35,8 @@ def _sql(check: bool) -> int:
     new = sqlgen.pending()
     if new:
         print(f"catalog rows without columns in any migration: {', '.join(c.key for c in new)}; "
-              "add a migration (collector.store.sqlgen.add_metrics_sql writes the plain profile's)", file=sys.stderr)
+              "add a migration to collector.store.sqlgen.GENERATED (add_metrics_sql writes both profiles')",
+              file=sys.stderr)
     if not stale and not new:
         print("generated SQL is current", file=sys.stderr)
     return 1 if (check and stale) or new else 0

@@ -2,9 +2,10 @@
 
 Every GPU key is a DCGM field name exactly as NVIDIA's dcgm-exporter exposes it, in DCGM's
 units (see shared/design/TELEMETRY.md); the host evidence (cost ``host``, field ids from
-60001) is gpuwatch's own. Keeping the list as data (the habit of Datadog's
-``dcgm`` check) means a test can assert that the sampler fills every row, the exporter
-emits every row with the declared type, and ``docs/metrics.md`` lists every row.
+60001) and the inference-server signals (cost ``scrape``, from 60101) are gpuwatch's own.
+Keeping the list as data (the habit of Datadog's ``dcgm`` check) means a test can assert that
+the sampler fills every row, the exporter emits every row with the declared type, and
+``docs/metrics.md`` lists every row.
 
 ``source`` names the one driver call that yields the metric; several metrics can share a
 call (``memory`` yields used, free and reserved). ``cost`` says how the scheduler treats
@@ -15,6 +16,9 @@ agent reads them from ``/proc``, the cgroup tree and PSI for the GPU's processes
 containers (:mod:`agent.host`), once per sampling tick for all GPUs; their keys are
 ``gpuwatch_...`` (not DCGM fields) in node-exporter's and cAdvisor's units, and their
 ``source`` says which files (``proc``, ``cgroup``, ``node``: /proc/stat, ``psi``).
+``scrape`` metrics come from the inference server of the pod that holds the GPU
+(:mod:`agent.inference`), scraped on a period of their own and present only for pods that
+ask to be scraped.
 
 ``resolution`` is the quantum the frame codec may round a float to: never coarser than
 1e-4 for ratios, and never coarser than the source's own resolution otherwise (NVML
@@ -42,7 +46,7 @@ from typing import Final, Literal
 from telemetry import keys as k
 
 MetricKind = Literal["gauge", "counter"]
-CostClass = Literal["fast", "slow", "gpm", "event", "host"]
+CostClass = Literal["fast", "slow", "gpm", "event", "host", "scrape"]
 RollupFn = Literal["avg", "max", "bit_or"]
 
 
@@ -263,6 +267,44 @@ CATALOG: tuple[Metric, ...] = (
         k.NODE_PRESSURE_IO_WAITING_RATIO, 60012, "ratio", _G,
         "Share of wall time some task waited for I/O (PSI /proc/pressure/io some).", "psi", "host", RATIO,
     ),
+    # Inference-server signals (issue 14): the figures of the pod that holds the GPU, from its own
+    # Prometheus endpoint (annotation gpuwatch.io/scrape-port), repeated on each GPU of a multi-GPU
+    # pod; rates and means over the interval between the agent's last two scrapes; absent for a
+    # pod that does not ask, before its second scrape, and while its endpoint does not answer.
+    Metric(
+        k.INFERENCE_REQUESTS_PER_SECOND, 60101, "req/s", _G,
+        "Requests the pod's inference server completed per second (Triton nv_inference_request_success,"
+        " vLLM vllm:request_success_total).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_QUEUE_SECONDS, 60102, "s", _G,
+        "Mean time a request waited in the inference server's queue (Triton nv_inference_queue_duration_us,"
+        " vLLM vllm:request_queue_time_seconds).", "scrape", "scrape", 0.001, keep_max=True,
+    ),
+    Metric(
+        k.INFERENCE_COMPUTE_SECONDS, 60103, "s", _G,
+        "Mean time a request spent computing (Triton nv_inference_compute_infer_duration_us,"
+        " vLLM vllm:request_inference_time_seconds).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_PENDING_REQUESTS, 60104, "requests", _G,
+        "Requests waiting in the inference server, summed over its models (Triton"
+        " nv_inference_pending_request_count, vLLM vllm:num_requests_waiting).", "scrape", "scrape", 0.001,
+        keep_max=True,
+    ),
+    Metric(
+        k.INFERENCE_RUNNING_REQUESTS, 60105, "requests", _G,
+        "Requests the inference server is running (vLLM vllm:num_requests_running).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_TTFT_SECONDS, 60106, "s", _G,
+        "Mean time to first token (vLLM vllm:time_to_first_token_seconds).", "scrape", "scrape", 0.001,
+    ),
+    Metric(
+        k.INFERENCE_KV_CACHE_RATIO, 60107, "ratio", _G,
+        "Share of the KV cache in use, 0..1 (vLLM vllm:kv_cache_usage_perc, v0 vllm:gpu_cache_usage_perc).",
+        "scrape", "scrape", RATIO,
+    ),
 )
 
 BY_KEY: dict[str, Metric] = {m.key: m for m in CATALOG}
@@ -296,13 +338,18 @@ def metrics_markdown() -> str:
         " names it) and one reader (`agent/readers.py` for a driver call, or an entry in `agent/gpm.py`);"
         " then `gpuwatch catalog --markdown > docs/metrics.md` and `gpuwatch catalog --sql`, which regenerates"
         " the migrations' metric columns and names any row that still needs a migration"
-        " (`collector.store.sqlgen.add_metrics_sql` writes the plain profile's).",
+        " (listed in `collector.store.sqlgen.GENERATED`, `add_metrics_sql` writes it for both profiles).",
         "",
         "Rows of cost `host` are not DCGM fields: the agent reads them from `/proc`, the cgroup tree (v1 or v2)"
         " and PSI for the GPU's processes (those NVML lists on it) and their containers, once per sampling tick,"
         " as rates over the interval since the GPU's previous sample; a value the host cannot give (no PSI, no"
         " limit, a first reading) is absent, never 0. `GPUWATCH_HOST_EVIDENCE=false` turns them off"
         " (see the README's agent settings).",
+        "",
+        "Rows of cost `scrape` are the figures of the pod that holds the GPU, from its inference server's own"
+        " Prometheus endpoint (Triton or vLLM; the pod asks with the annotation `gpuwatch.io/scrape-port`),"
+        " repeated on each GPU of a multi-GPU pod; rates and means over the interval between the agent's last two"
+        " scrapes, absent for a pod that does not ask, before its second scrape and while its endpoint fails.",
         "",
         "| key | field id | unit | type | source | cost | wire resolution | rollup | help |",
         "|---|---|---|---|---|---|---|---|---|",

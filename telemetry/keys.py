@@ -67,6 +67,16 @@ NODE_PRESSURE_CPU_WAITING_RATIO: Final = "gpuwatch_node_pressure_cpu_waiting_rat
 NODE_PRESSURE_MEMORY_WAITING_RATIO: Final = "gpuwatch_node_pressure_memory_waiting_ratio"
 NODE_PRESSURE_IO_WAITING_RATIO: Final = "gpuwatch_node_pressure_io_waiting_ratio"
 
+# Inference-server signals (issue 14; telemetry/catalog.py says what each holds). Not DCGM fields:
+# snake_case with a gpuwatch_ prefix, so they never collide with another exporter's names.
+INFERENCE_REQUESTS_PER_SECOND: Final = "gpuwatch_inference_requests_per_second"
+INFERENCE_QUEUE_SECONDS: Final = "gpuwatch_inference_queue_seconds"
+INFERENCE_COMPUTE_SECONDS: Final = "gpuwatch_inference_compute_seconds"
+INFERENCE_PENDING_REQUESTS: Final = "gpuwatch_inference_pending_requests"
+INFERENCE_RUNNING_REQUESTS: Final = "gpuwatch_inference_running_requests"
+INFERENCE_TTFT_SECONDS: Final = "gpuwatch_inference_ttft_seconds"
+INFERENCE_KV_CACHE_RATIO: Final = "gpuwatch_inference_kv_cache_ratio"
+
 #: dcgm-exporter's driver-version label on every series (a label, not a metric).
 DRIVER_VERSION_LABEL: Final = "DCGM_FI_DRIVER_VERSION"
 
@@ -74,12 +84,3 @@ DRIVER_VERSION_LABEL: Final = "DCGM_FI_DRIVER_VERSION"
 def short_name(key: str) -> str:
     """A key without DCGM's ``DCGM_FI_`` prefix, as summaries print it (``DEV_POWER_USAGE``)."""
     return key.removeprefix(PREFIX)
-
-# ---- inference-server signals (issue 14; scraped from pods that ask) ----
-INFERENCE_REQUESTS: Final = "gpuwatch_inference_requests_per_second"
-INFERENCE_QUEUE: Final = "gpuwatch_inference_queue_seconds"
-INFERENCE_COMPUTE: Final = "gpuwatch_inference_compute_seconds"
-INFERENCE_PENDING: Final = "gpuwatch_inference_pending_requests"
-INFERENCE_RUNNING: Final = "gpuwatch_inference_running_requests"
-INFERENCE_TTFT: Final = "gpuwatch_inference_ttft_seconds"
-INFERENCE_KV_CACHE: Final = "gpuwatch_inference_kv_cache_ratio"

@@ -130,6 +130,19 @@ def test_settings_errors_name_the_setting() -> None:
         del os.environ["GPUWATCH_CPU_BUDGET"]
 
 
+def test_inference_scrape_settings_come_from_the_environment_and_are_checked() -> None:
+    assert load(AgentSettings, {}).inference_scrape_period == 5.0
+    os.environ["GPUWATCH_INFERENCE_SCRAPE_PERIOD"] = "15"
+    try:
+        assert load(AgentSettings, {}).inference_scrape_period == 15.0
+    finally:
+        del os.environ["GPUWATCH_INFERENCE_SCRAPE_PERIOD"]
+    assert load(AgentSettings, {"inference_scrape_period": 0}).inference_scrape_period == 0  # off
+    with pytest.raises(SettingsError, match=r"inference_scrape_timeout \(env GPUWATCH_INFERENCE_SCRAPE_TIMEOUT\) is "
+                                            r"3.0 s: it must not exceed inference_scrape_period"):
+        load(AgentSettings, {"inference_scrape_period": 2, "inference_scrape_timeout": 3})
+
+
 def test_cli_rejects_bad_setting_at_start() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "agent", "--simulate", "2", "--metrics-port", "70000"],

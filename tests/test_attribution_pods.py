@@ -216,3 +216,18 @@ def test_unreachable_api_retries_quietly(caplog: pytest.LogCaptureFixture) -> No
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "secret-token-value" not in caplog.text
+
+
+def test_pod_from_api_keeps_the_ip_of_a_running_pod_and_only_gpuwatch_annotations() -> None:
+    obj: dict[str, Any] = {
+        "metadata": {"uid": "u1", "namespace": "serving", "name": "vllm-0", "annotations": {
+            "gpuwatch.io/scrape-port": "8000", "gpuwatch.io/scrape-path": "/metrics",
+            "kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 5000 + "}"}},
+        "status": {"phase": "Running", "podIP": "10.1.2.3"},
+    }
+    pod = pod_from_api(obj)
+    assert pod is not None and pod.pod_ip == "10.1.2.3"
+    assert dict(pod.annotations) == {"gpuwatch.io/scrape-port": "8000", "gpuwatch.io/scrape-path": "/metrics"}
+    obj["status"]["phase"] = "Pending"
+    pending = pod_from_api(obj)
+    assert pending is not None and pending.pod_ip is None  # nothing answers there yet

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from agent.devices import discover
@@ -23,10 +24,15 @@ TELEMETRY_MD = ROOT / "docs" / "telemetry-contract.md"  # the data contract, kep
 def test_catalog_rows_are_unique_and_well_formed() -> None:
     assert len(BY_KEY) == len(CATALOG) == len(BY_FIELD_ID)
     for m in CATALOG:
-        # GPU metrics are DCGM fields; the host evidence is gpuwatch's own, with ids of its own
-        assert m.key.startswith("DCGM_FI_") != (m.cost == "host"), m.key
+        # DCGM's names for what NVML gives; gpuwatch's own rows (issue 14: the host evidence and the
+        # inference servers' figures) are snake_case, prefixed, gauges with ids of their own
+        assert m.key.startswith("DCGM_FI_") != (m.cost in ("host", "scrape")), m.key
+        if not m.key.startswith("DCGM_FI_"):
+            assert re.fullmatch(r"gpuwatch_[a-z0-9_]+", m.key) and m.kind == "gauge", m.key
         if m.cost == "host":
-            assert m.key.startswith("gpuwatch_") and 60001 <= m.field_id <= 60099 and m.kind == "gauge", m.key
+            assert 60001 <= m.field_id <= 60099, m.key
+        if m.cost == "scrape":
+            assert 60101 <= m.field_id <= 60199, m.key
         assert m.kind in ("gauge", "counter")
         assert m.help and m.unit
         if m.unit == "ratio":
@@ -70,6 +76,16 @@ def test_every_source_has_a_reader_and_readers_write_their_keys() -> None:
     assert set(GPM_METRICS) == {m.key for m in CATALOG if m.cost == "gpm"}
 
 
+#: rows the sampler never fills itself: the inference servers' figures (cost "scrape") are there only
+#: for a GPU whose pod asks to be scraped (tests/test_inference_scraper.py fills them)
+SCRAPED = frozenset(m.key for m in CATALOG if m.cost == "scrape")
+
+
+def test_the_scraped_rows_are_the_inference_signals() -> None:
+    assert {m.key for m in CATALOG if m.key.startswith("gpuwatch_inference_")} == SCRAPED
+    assert sorted(BY_KEY[k].field_id for k in SCRAPED) == list(range(60101, 60108))
+
+
 def test_sampler_fills_every_catalog_key_on_an_h200(tmp_path: Path) -> None:
     """The driver's rows from the simulated H200; the host rows from the host reader, here over a
     fake /proc and cgroup v2 tree holding the simulated GPU's process (every host row readable)."""
@@ -79,7 +95,7 @@ def test_sampler_fills_every_catalog_key_on_an_h200(tmp_path: Path) -> None:
     (target,) = discover(fleet)
     without = Sampler(fleet, "n", "v")
     without.sample(target, now)
-    assert set(without.sample(target, now + 0.5).metrics) == set(BY_KEY) - set(HOST_KEYS)  # host evidence off
+    assert set(without.sample(target, now + 0.5).metrics) == set(BY_KEY) - set(HOST_KEYS) - SCRAPED  # host evidence off
     (pid,) = [p.pid for p in fleet.compute_processes(target.handle)]
     proc, cg = tmp_path / "proc", tmp_path / "cgroup"
     clock = [0.0]
@@ -96,7 +112,7 @@ def test_sampler_fills_every_catalog_key_on_an_h200(tmp_path: Path) -> None:
     host_tree(1)
     clock[0] += 1.0
     record = sampler.sample(target, now + 1.0)
-    assert set(record.metrics) == set(BY_KEY)
+    assert set(record.metrics) == set(BY_KEY) - SCRAPED  # no pod asked to be scraped: those are absent
     # a host value that cannot be read any more is absent from the next record and from /metrics' view
     host_tree(2)
     (cg / "pod" / "cpu.stat").write_text("")  # e.g. a v2 cgroup whose cpu.stat lost usage_usec

@@ -573,7 +573,7 @@ def test_every_transport_counter_reaches_metrics_and_lints(
     info = next(s for s in exposed.samples if s.name == "gpuwatch_agent_info")
     assert info.labels["agent_instance"] == agent.instance and len(agent.instance) == 16
     accounts = {s.labels["account"] for s in exposed.samples if s.name == "gpuwatch_agent_cpu_seconds_total"}
-    assert accounts == {"sampling", "transport", "http"}
+    assert accounts == {"sampling", "transport", "http", "inference"}
     proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     complaints = [line for line in (proc.stdout + proc.stderr).decode().splitlines() if "gpuwatch_" in line]
     assert not complaints, complaints
@@ -585,6 +585,7 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
     import agent.exposition
     from agent.control import ControlListener
     from agent.framing import Framer
+    from agent.inference.scraper import InferenceScraper
     from agent.kafka_settings import KafkaSettings
     from agent.profiling import ProfileConfig, Profiler
     from agent.sender import Sender
@@ -592,7 +593,7 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
 
     table = rows()
     assert {r.source.split(".")[0] for r in table} >= {
-        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats", "ProfilerStats"}
+        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats", "ProfilerStats", "ScrapeStats"}
     assert agent.exposition.AgentStats.__name__ == "AgentStats"
     names = [r.name for r in table]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
@@ -604,8 +605,9 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
         control = ControlListener(kafka, sim.agent.node, sim.agent.instance, framer.request_keyframe,
                                   cpu=sim.agent.cpu)
         profiler = Profiler(ProfileConfig(), sim.agent.node, sim.agent.instance, sender.submit)
+        scraper = InferenceScraper(list, dict, cpu=sim.agent.cpu)  # its figures, as an agent in Kubernetes has them
         exposition = Exposition(sim.agent, lambda: (*sender.snapshots(), framer.stats(), control.stats(),
-                                                    profiler.stats()))
+                                                    profiler.stats(), *scraper.stats()))
         exposed = Exposed.parse(exposition.render().decode())
     finally:
         sender.stop()

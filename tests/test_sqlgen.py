@@ -51,9 +51,13 @@ def test_a_template_names_only_known_blocks() -> None:
         "a\n    dcgm_fi_dev_gpu_util bigint,\n    dcgm_fi_dev_mem_copy_util bigint,\nb\n")
 
 
-def test_the_timescale_profile_refuses_to_generate_what_it_cannot() -> None:
-    with pytest.raises(NotImplementedError, match="continuous aggregates cannot gain columns"):
-        sqlgen.add_metrics_sql("timescale", schema.METRIC_COLUMNS[:1])
+def test_the_timescale_profile_adds_columns_through_a_second_pair_of_aggregates() -> None:
+    """A continuous aggregate cannot gain columns: the added ones get their own, joined into the views."""
+    sql = sqlgen.add_metrics_sql("timescale", schema.METRIC_COLUMNS[-2:], "0099_more")
+    assert "ALTER TABLE gpu_samples\n" in sql and "CREATE MATERIALIZED VIEW gpu_samples_1m_0099" in sql
+    assert "CREATE OR REPLACE VIEW gpu_samples_1h AS" in sql and "LEFT JOIN gpu_samples_1h_0099 a0099" in sql
+    with pytest.raises(ValueError, match="no such profile"):
+        sqlgen.add_metrics_sql("sqlite", schema.METRIC_COLUMNS[:1])
 
 
 _ADD_A_METRIC = r'''

@@ -158,7 +158,8 @@ def test_schema_columns_equal_the_catalog(pg_db: str) -> None:
     expected = {m.key.lower(): ("bigint" if m.resolution == 0 else "double precision") for m in CATALOG}
     raw = tables["gpu_samples"]
     assert {k: v for k, v in raw.items() if k not in ("ts", "gpu", "node", "extra")} == expected
-    # the DCGM columns of migration 0002, then extra; later rows (host evidence, 0060) were added after it
+    # the DCGM columns of migration 0002, then extra; gpuwatch's own rows (issue 14: host evidence, 0060;
+    # inference servers, 0061) come after "extra": ALTER TABLE appends
     dcgm = [key for key in expected if key.startswith("dcgm_")]
     assert list(raw) == ["ts", "gpu", "node", *dcgm, "extra", *(key for key in expected if key not in dcgm)]
     assert raw == S.SAMPLE_COLUMNS

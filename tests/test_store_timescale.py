@@ -135,6 +135,9 @@ def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_ds
             "materialized_1m_v1": await store.pool.fetchval(
                 "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
                 "WHERE view_name = 'gpu_samples_1m_v1'"),
+            "materialized_1m_0061": await store.pool.fetchval(
+                "SELECT materialization_hypertable_name FROM timescaledb_information.continuous_aggregates "
+                "WHERE view_name = 'gpu_samples_1m_0061'"),
             "jobs": [(r["proc_name"], r["name"], r["config"], r["schedule_interval"]) for r in await fetch(
                 "SELECT j.proc_name, coalesce(c.view_name, j.hypertable_name) AS name, j.config, "
                 "j.schedule_interval FROM timescaledb_information.jobs j "
@@ -160,20 +163,28 @@ def test_hypertables_compression_retention_and_aggregates_are_policies(pglite_ds
         # the host evidence's own (migration 0060), joined into the gpu_samples_1m/1h views
         "gpu_samples_1m_host": ("gpu_samples", False),
         "gpu_samples_1h_host": (out["materialized_1m_host"], False),
+        # the columns added by migration 0061 (sqlgen: a continuous aggregate cannot gain columns)
+        "gpu_samples_1m_0061": ("gpu_samples", False),
+        "gpu_samples_1h_0061": (out["materialized_1m_0061"], False),
     }
     jobs = {(proc, name): json.loads(config) for proc, name, config, _ in out["jobs"]}
     assert jobs[("policy_compression", "gpu_samples")]["compress_after"] == "1 day"
     assert jobs[("policy_compression", "process_samples")]["compress_after"] == "1 day"
     assert jobs[("policy_retention", "gpu_samples")]["drop_after"] == "14 days"
     assert jobs[("policy_retention", "process_samples")]["drop_after"] == "14 days"
-    for version in ("v1", "v2", "host"):
+    for version in ("v1", "v2", "host", "0061"):
         assert jobs[("policy_retention", f"gpu_samples_1m_{version}")]["drop_after"] == "90 days"
         assert jobs[("policy_retention", f"gpu_samples_1h_{version}")]["drop_after"] == "2 years"
     assert jobs[("policy_retention", "process_samples_1m")]["drop_after"] == "90 days"
     refresh = {name: cfg for (proc, name), cfg in jobs.items() if proc == "policy_refresh_continuous_aggregate"}
     assert set(refresh) == {"gpu_samples_1m_v2", "gpu_samples_1h_v2", "process_samples_1m",
-                            "gpu_samples_1m_host", "gpu_samples_1h_host"}
+                            "gpu_samples_1m_host", "gpu_samples_1h_host", "gpu_samples_1m_0061", "gpu_samples_1h_0061"}
     assert refresh["gpu_samples_1m_v2"]["start_offset"] == refresh["gpu_samples_1m_host"]["start_offset"] == "7 days"
+    for width in ("1m", "1h"):  # the same windows as the aggregates they are joined to
+        same = ("start_offset", "end_offset")
+        for added in ("host", "0061"):
+            assert [refresh[f"gpu_samples_{width}_{added}"][o] for o in same] == [
+                refresh[f"gpu_samples_{width}_v2"][o] for o in same]
     assert refresh["gpu_samples_1h_v2"]["end_offset"] == "01:00:00"
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from agent.attribution.cgroup import NO_CONTAINER, ContainerRef, parse_cgroup
 from agent.attribution.podresources import DEFAULT_SOCKET, DeviceHolder, PodResourcesClient
-from agent.attribution.pods import PodCache
+from agent.attribution.pods import PodCache, PodInfo
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
@@ -150,6 +150,10 @@ class Attributor:
         if self._podresources is not None:
             found.append("podresources")
         return found
+
+    def pods(self) -> list[PodInfo]:
+        """This node's pods from the pod cache (none without Kubernetes): for the inference scraper."""
+        return self._pods.pods() if self._pods is not None else []
 
     @property
     def pod_count(self) -> int:

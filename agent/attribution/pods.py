@@ -43,6 +43,9 @@ SERVICE_LABELS = ("app.kubernetes.io/name", "app")
 # pod in the API carries in this annotation (its metadata.uid is different).
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
+# The pod's own annotations to gpuwatch (e.g. gpuwatch.io/scrape-port, agent.inference.targets);
+# only these are kept: others can be large (kubectl's last-applied-configuration).
+GPUWATCH_ANNOTATION_PREFIX = "gpuwatch.io/"
 # The alphabet Kubernetes uses for generated name suffixes (rand.SafeEncodeString).
 _GENERATED_SUFFIX = re.compile(r"^(?P<base>.+)-[bcdfghjklmnpqrstvwxz2456789]{5,10}$")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -62,6 +65,10 @@ class PodInfo:
     containers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     # The UID the pod's cgroup is named for, when it differs from ``uid`` (static pods).
     cgroup_uid: str | None = None
+    # status.podIP while the pod is Running (None otherwise): where its own endpoints answer.
+    pod_ip: str | None = None
+    # Its ``gpuwatch.io/*`` annotations only.
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
     def container_id(self, container_name: str) -> str | None:
         """The ID of the named container's current instance, if the kubelet reported one."""
@@ -147,7 +154,11 @@ def pod_from_api(obj: Mapping[str, Any]) -> PodInfo | None:
     annotations = _str_map(meta.get("annotations"))
     containers: dict[str, str] = {}
     status = obj.get("status")
+    pod_ip = None
     if isinstance(status, dict):
+        ip = status.get("podIP")
+        if status.get("phase") == "Running" and isinstance(ip, str) and ip:
+            pod_ip = ip
         for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
             statuses = status.get(key)
             if not isinstance(statuses, list):
@@ -173,6 +184,9 @@ def pod_from_api(obj: Mapping[str, Any]) -> PodInfo | None:
         labels=MappingProxyType(labels),
         containers=MappingProxyType(containers),
         cgroup_uid=mirror.lower() if mirror and mirror != uid else None,
+        pod_ip=pod_ip,
+        annotations=MappingProxyType(
+            {k: v for k, v in annotations.items() if k.startswith(GPUWATCH_ANNOTATION_PREFIX)}),
     )
 
 

@@ -46,12 +46,13 @@ KEYS: Final = (
     k.PROCESS_SLEEPING_RATIO, k.CONTAINER_CPU_USAGE_CORES, k.CONTAINER_CPU_LIMIT_CORES, k.CONTAINER_CPU_THROTTLED_RATIO,
     k.NODE_CPU_BUSY_RATIO, k.NODE_PRESSURE_CPU_WAITING_RATIO, k.NODE_PRESSURE_MEMORY_WAITING_RATIO,
     k.NODE_PRESSURE_IO_WAITING_RATIO,
-    k.INFERENCE_REQUESTS, k.INFERENCE_QUEUE, k.INFERENCE_COMPUTE, k.INFERENCE_PENDING, k.INFERENCE_RUNNING,
-    k.INFERENCE_TTFT, k.INFERENCE_KV_CACHE, k.PCIE_RX_BYTES,
+    k.INFERENCE_REQUESTS_PER_SECOND, k.INFERENCE_QUEUE_SECONDS, k.INFERENCE_COMPUTE_SECONDS,
+    k.INFERENCE_PENDING_REQUESTS, k.INFERENCE_RUNNING_REQUESTS, k.INFERENCE_TTFT_SECONDS, k.INFERENCE_KV_CACHE_RATIO,
+    k.PCIE_RX_BYTES,
 )
 _I: Final = {key: i for i, key in enumerate(KEYS)}
 _HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO_WAITING_RATIO] + 1))
-_SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS], _I[k.INFERENCE_KV_CACHE] + 1))
+_SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS_PER_SECOND], _I[k.INFERENCE_KV_CACHE_RATIO] + 1))
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
 PRESSURE: Final = 0.2  # some task waited for a CPU this share of wall time: the node is contended
@@ -125,18 +126,18 @@ class Evidence:
 
     # ---- the causes, each None when its evidence is absent or unchanged ----
     def _demand(self, since: float, ts: float, fell: str) -> Verdict | None:
-        before, now = self.windows(k.INFERENCE_REQUESTS, since, ts)
+        before, now = self.windows(k.INFERENCE_REQUESTS_PER_SECOND, since, ts)
         if before is None or now is None or before <= 0 or now > DEMAND_FELL * before:
             return None
-        q_before, q_now = self.windows(k.INFERENCE_QUEUE, since, ts)
+        q_before, q_now = self.windows(k.INFERENCE_QUEUE_SECONDS, since, ts)
         if q_before is not None and q_now is not None and q_now > 1.5 * q_before + 0.01:
             return None  # fewer completed while more waited: capacity, not demand
         return Verdict("demand", f"requests fell {(1.0 - now / before) * 100:.0f}% ({before:.1f} -> {now:.1f}/s) "
                                  f"and the queue did not grow: demand, not a fault")
 
     def _queue(self, since: float, ts: float, fell: str) -> Verdict | None:
-        q_before, q_now = self.windows(k.INFERENCE_QUEUE, since, ts)
-        p_before, p_now = self.windows(k.INFERENCE_PENDING, since, ts)
+        q_before, q_now = self.windows(k.INFERENCE_QUEUE_SECONDS, since, ts)
+        p_before, p_now = self.windows(k.INFERENCE_PENDING_REQUESTS, since, ts)
         if q_before is not None and q_now is not None and q_now >= 2.0 * q_before + 0.05:
             return Verdict("queue", f"queue time grew from {q_before * 1000:.0f} to {q_now * 1000:.0f} ms {fell}: "
                                     f"the bottleneck is in front of the GPU")

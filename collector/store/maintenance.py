@@ -38,6 +38,7 @@ from typing import Final
 
 import asyncpg
 
+from collector.store import sqlgen
 from collector.store.schema import (
     ORIGIN_SQL,
     RAW_RETENTION,
@@ -260,15 +261,15 @@ _TS_GPU_ROLLUPS: Final = (
     ("gpu_samples_1m", "gpu_samples_1m_v2", "gpu_samples_1m_v1", MINUTE),
     ("gpu_samples_1h", "gpu_samples_1h_v2", "gpu_samples_1h_v1", HOUR),
 )
+#: the continuous aggregates of columns added later (sqlgen's added migrations), joined into the same views
+_TS_ADDED: Final = sqlgen.added_aggregates()
 _TS_PROCESS_ROLLUP: Final = "process_samples_1m"
-#: the host evidence's own aggregates (migration 0060), joined into the rollup views; no cutover
-_TS_HOST_ROLLUPS: Final = (("gpu_samples_1m_host", MINUTE), ("gpu_samples_1h_host", HOUR))
 _TS_MARKS_PER_ROUND: Final = 50_000
 
 
 def _refresh_sql(view: str) -> str:
     assert view in {v for _, new, old, _ in _TS_GPU_ROLLUPS for v in (new, old)} | {_TS_PROCESS_ROLLUP} | {
-        name for name, _ in _TS_HOST_ROLLUPS}
+        added for _, added, _ in _TS_ADDED}
     return f"CALL refresh_continuous_aggregate('{view}', $1::timestamptz, $2::timestamptz)"
 
 
@@ -307,11 +308,10 @@ async def refresh_late_timescale(conn: asyncpg.Connection, now: datetime) -> tup
     for name, new, old, width in _TS_GPU_ROLLUPS:
         for lo, hi in _runs(minutes if width == MINUTE else hours, width):
             await _refresh(conn, new, old, cutovers.get(name), lo, _ceil(hi, width))
+            for _, added, _ in (a for a in _TS_ADDED if a[0] == name):
+                await conn.execute(_refresh_sql(added), lo, _ceil(hi, width))
             if width == MINUTE:
                 await conn.execute(_refresh_sql(_TS_PROCESS_ROLLUP), lo, hi)
-    for view, width in _TS_HOST_ROLLUPS:  # in order: the hour aggregate is built on the minute one
-        for lo, hi in _runs(minutes if width == MINUTE else hours, width):
-            await conn.execute(_refresh_sql(view), lo, _ceil(hi, width))
     await conn.execute("DELETE FROM rollup_pending WHERE id = ANY($1::bigint[])", [r["id"] for r in rows])
     if minutes:
         log.info("rolled up %d late minutes (%d hours) the refresh policies do not reach", len(minutes), len(hours))

@@ -16,7 +16,20 @@ the catalog rows it was written for, those up to and including its ``through`` k
 rows added later; the catalog only grows by appending. The templates reproduce the files
 that were applied byte for byte, so no database sees a change. A metric added to the
 catalog after ``through`` is :func:`pending`: its columns need a new migration, which
-:func:`add_metrics_sql` writes for the plain profile.
+:func:`add_metrics_sql` writes for both profiles; listed in :data:`GENERATED` with the
+rows it adds (``after`` exclusive, ``through`` inclusive), it is generated and checked too.
+
+On TimescaleDB a continuous aggregate cannot gain columns, and rebuilding the rollups (as
+0050 did) would recompute years of them for a few new columns. So a migration that adds
+columns creates a pair of continuous aggregates for its columns alone (``gpu_samples_1m_host``
+and ``_1h_host`` for 0060's host evidence, from its template; ``gpu_samples_1m_NNNN`` and
+``_1h_NNNN`` for a generated one; same bucketing, policies and retention as ``_v2``). Migration
+0060 renamed the GPU rollup views to ``gpu_samples_1m_gpu`` / ``_1h_gpu`` and made
+``gpu_samples_1m`` / ``gpu_samples_1h`` join its aggregates to them by (bucket, gpu); each
+later one redefines those views to join every added pair so far, its own last (the columns
+keep their order, so ``CREATE OR REPLACE VIEW`` only appends). Readers see the plain profile's
+columns, and the 1-minute and 1-hour rollups of the new metrics exist from the migration on
+(NULL before it, as they have no raw data before it either).
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
@@ -35,7 +49,7 @@ from collector.store.schema import (
     rollup_aggregates,
     rollup_metric_columns,
 )
-from telemetry.keys import NODE_PRESSURE_IO_WAITING_RATIO, NVLINK_RX_BYTES
+from telemetry.keys import INFERENCE_KV_CACHE_RATIO, NODE_PRESSURE_IO_WAITING_RATIO, NVLINK_RX_BYTES
 
 MIGRATIONS: Final = Path(__file__).resolve().parents[1] / "migrations"
 TEMPLATES: Final = MIGRATIONS / "templates"
@@ -133,17 +147,25 @@ def render(template: str, columns: Sequence[MetricColumn]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Generated:
-    """One generated migration: its template, its output, and the catalog rows it covers (those
-    after ``after``, if given, up to and including ``through``)."""
+    """One generated migration: its output, and the catalog rows it covers (those after ``after``,
+    if given, up to and including ``through``). Its text is its template's, filled, when it has one
+    (``templates/<profile>/<name>.sql.in``), else :func:`add_metrics_sql`'s for the rows it adds.
+    ``suffix`` names an added TimescaleDB migration's continuous aggregates
+    (``gpu_samples_1m_<suffix>``); default: its number."""
 
     profile: str
     name: str
     through: str
     after: str | None = None
+    suffix: str | None = None
 
     def columns(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricColumn, ...]:
         upto = columns_through(self.through, columns)
         return upto[len(columns_through(self.after, columns)):] if self.after is not None else upto
+
+    @property
+    def aggregates(self) -> str:
+        return self.suffix or _number(self.name)
 
     @property
     def template(self) -> Path:
@@ -154,7 +176,9 @@ class Generated:
         return MIGRATIONS / self.profile / f"{self.name}.sql"
 
     def text(self, columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> str:
-        return render(self.template.read_text(encoding="utf-8"), self.columns(columns))
+        if self.template.exists():
+            return render(self.template.read_text(encoding="utf-8"), self.columns(columns))
+        return add_metrics_sql(self.profile, self.columns(columns), self.name, catalog=columns)
 
 
 #: every migration that lists metric columns, in version order
@@ -163,7 +187,10 @@ GENERATED: Final[tuple[Generated, ...]] = (
       for name in ("0002_samples", "0003_rollups", "0050_rollup_counts")
       for profile in ("plain", "timescale")),
     # issue 14's host evidence: columns added to the raw table and the rollups (see the templates)
-    *(Generated(profile, "0060_host_evidence", NODE_PRESSURE_IO_WAITING_RATIO, after=NVLINK_RX_BYTES)
+    *(Generated(profile, "0060_host_evidence", NODE_PRESSURE_IO_WAITING_RATIO, after=NVLINK_RX_BYTES, suffix="host")
+      for profile in ("plain", "timescale")),
+    # issue 14's inference-server rows, after the host rows (no template: add_metrics_sql's)
+    *(Generated(profile, "0061_inference_columns", INFERENCE_KV_CACHE_RATIO, after=NODE_PRESSURE_IO_WAITING_RATIO)
       for profile in ("plain", "timescale")),
 )
 
@@ -174,24 +201,95 @@ def pending(columns: Sequence[MetricColumn] = METRIC_COLUMNS) -> tuple[MetricCol
     return tuple(c for c in columns if c.key not in covered)
 
 
-def add_metrics_sql(profile: str, columns: Sequence[MetricColumn]) -> str:
-    """A migration that adds ``columns`` (new catalog rows) to the raw table and the rollups.
+def add_metrics_sql(profile: str, columns: Sequence[MetricColumn], name: str = "NNNN_new_metrics",
+                    catalog: Sequence[MetricColumn] = METRIC_COLUMNS) -> str:
+    """A migration ``name`` that adds ``columns`` (new catalog rows) to the raw table and the rollups.
 
-    Only the plain profile: a TimescaleDB continuous aggregate cannot gain columns, so there a
-    new metric needs continuous aggregates of its own joined into the rollup views, as
-    ``templates/timescale/0060_host_evidence.sql.in`` does (copy that template).
+    Plain: ALTER TABLE on the raw table and both rollup tables. TimescaleDB: ALTER TABLE on the
+    raw hypertable, a pair of continuous aggregates for the new columns, and the rollup views
+    redefined to join those of every added migration before ``name`` (of :data:`GENERATED`, their
+    columns from ``catalog``) and this one's (see the module's docstring for why).
     """
-    if profile != "plain":
-        raise NotImplementedError(
-            f"the {profile} profile's continuous aggregates cannot gain columns; a new metric there needs "
-            "a template like templates/timescale/0060_host_evidence.sql.in (aggregates of its own, joined in)")
     keys = ", ".join(c.key for c in columns)
     raw = LIST_BLOCKS["sample_columns_add"](columns)
-    rollup = LIST_BLOCKS["rollup_columns_add"](columns)
     parts = [f"-- Generated by `gpuwatch catalog --sql` for catalog rows {keys}.\n"]
-    for table, cols in (("gpu_samples", raw), ("gpu_samples_1m", rollup), ("gpu_samples_1h", rollup)):
-        parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(cols) + ";\n")
-    return "".join(parts)
+    if profile == "plain":
+        rollup = LIST_BLOCKS["rollup_columns_add"](columns)
+        for table, cols in (("gpu_samples", raw), ("gpu_samples_1m", rollup), ("gpu_samples_1h", rollup)):
+            parts.append(f"\nALTER TABLE {table}\n    " + ",\n    ".join(cols) + ";\n")
+        return "".join(parts)
+    if profile != "timescale":
+        raise ValueError(f"no such profile {profile!r}")
+    earlier = [(g.aggregates, g.columns(catalog)) for g in _added(profile) if g.name < name]
+    return "".join(parts) + _timescale_added(raw, columns, _number(name), earlier)
+
+
+def _number(name: str) -> str:
+    """``0061_inference_columns`` -> ``0061``: a migration's number."""
+    return name.split("_", 1)[0]
+
+
+def _added(profile: str) -> list[Generated]:
+    """The migrations of ``profile`` that add columns to those of 0050 (``after`` set), in order."""
+    return [g for g in GENERATED if g.profile == profile and g.after is not None]
+
+
+def _timescale_added(raw: Sequence[str], columns: Sequence[MetricColumn], suffix: str,
+                     earlier: Sequence[tuple[str, Sequence[MetricColumn]]]) -> str:
+    m1, h1 = f"gpu_samples_1m_{suffix}", f"gpu_samples_1h_{suffix}"
+    indent = ",\n    "
+    minutely = [f"{agg} AS {col}" for col, agg in raw_aggregates(columns) if col != "node"]
+    hourly = [f"{agg} AS {col}" for col, agg in rollup_aggregates(columns) if col != "node"]
+    out = [
+        "-- TimescaleDB: the raw hypertable gains the columns; its continuous aggregates cannot, so these\n"
+        f"-- columns get their own pair ({m1}, {h1}: same buckets, refresh and retention\n"
+        "-- policies as the _v2 pair), and the gpu_samples_1m / _1h views (migration 0060's: the GPU\n"
+        "-- rollups, gpu_samples_1m_gpu / _1h_gpu, joined with the host aggregates) join them too, by\n"
+        "-- (bucket, gpu), so readers see the plain profile's columns (collector/store/sqlgen.py says why).\n",
+        "\nALTER TABLE gpu_samples\n    " + indent.join(raw) + ";\n",
+        f"\nCREATE MATERIALIZED VIEW {m1}\nWITH (timescaledb.continuous, timescaledb.materialized_only = false) AS\n"
+        "SELECT\n    time_bucket(INTERVAL '1 minute', ts) AS bucket,\n    gpu,\n    " + indent.join(minutely)
+        + "\nFROM gpu_samples\nGROUP BY time_bucket(INTERVAL '1 minute', ts), gpu\nWITH NO DATA;\n"
+        f"SELECT add_continuous_aggregate_policy('{m1}',\n"
+        "    start_offset => INTERVAL '7 days', end_offset => INTERVAL '1 minute',\n"
+        "    schedule_interval => INTERVAL '1 minute');\n"
+        f"SELECT add_retention_policy('{m1}', INTERVAL '90 days');\n",
+        f"\nCREATE MATERIALIZED VIEW {h1}\nWITH (timescaledb.continuous, timescaledb.materialized_only = false) AS\n"
+        "SELECT\n    time_bucket(INTERVAL '1 hour', bucket) AS bucket,\n    gpu,\n    " + indent.join(hourly)
+        + f"\nFROM {m1}\nGROUP BY time_bucket(INTERVAL '1 hour', bucket), gpu\nWITH NO DATA;\n"
+        f"SELECT add_continuous_aggregate_policy('{h1}',\n"
+        "    start_offset => INTERVAL '8 days', end_offset => INTERVAL '1 hour',\n"
+        "    schedule_interval => INTERVAL '30 minutes');\n"
+        f"SELECT add_retention_policy('{h1}', INTERVAL '2 years');\n",
+    ]
+    joined = [*earlier, (suffix, columns)]
+    for width in ("1m", "1h"):
+        view = f"gpu_samples_{width}"
+        names: list[str] = []
+        joins = []
+        for s, cols in joined:
+            alias = f"a{s}"
+            names += [f"{alias}.{c}" for c in (*rollup_metric_columns(cols), *(c.count_name for c in _avg(cols)))]
+            joins.append(f"LEFT JOIN {view}_{s} {alias} ON {alias}.bucket = r.bucket AND {alias}.gpu = r.gpu")
+        # the view's columns keep their order (the GPU rollups', then each added migration's), so
+        # CREATE OR REPLACE only appends this one's
+        out.append(f"\nCREATE OR REPLACE VIEW {view} AS\n" + _wrap("SELECT r.*, " + ", ".join(names))
+                   + f"\nFROM {view}_gpu r\n" + "\n".join(joins) + ";\n")
+    return "".join(out)
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=_VIEW_WIDTH, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def added_aggregates() -> tuple[tuple[str, str, timedelta], ...]:
+    """(rollup view, continuous aggregate, bucket width) of every added TimescaleDB migration, for
+    Store.maintain()'s refresh of late buckets."""
+    return tuple(
+        (f"gpu_samples_{w}", f"gpu_samples_{w}_{g.aggregates}", width)
+        for g in _added("timescale")
+        for w, width in (("1m", timedelta(minutes=1)), ("1h", timedelta(hours=1))))
 
 
 def check() -> list[str]:

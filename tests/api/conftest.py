@@ -5,8 +5,9 @@ The fleet (timestamps end a few seconds before the wall clock, so "now" views se
 
 * node-a: GPU A1 held by research/trainer-0 (service llm) for the first 15 minutes, then
   by prod/batch-0 (service etl); GPU A3 held by research/trainer-1 (llm) throughout;
-* node-b: GPU B1 held by prod/serve-1 (service chat, two processes: 20,000 + 5,000 MiB);
-  GPU B2 idle.
+* node-b: GPU B1 held by prod/serve-1 (service chat, two processes: 20,000 + 5,000 MiB), whose
+  inference server the agent scrapes (42.5 requests/s, 3 pending, 25 ms queued, from the second
+  sample on); GPU B2 idle.
 
 Each node's first GPU (A1, B1) has the lower PCI bus id, so its index is 0.
 
@@ -99,6 +100,10 @@ def fleet_records(end: datetime) -> list[GpuRecord]:
                          "DCGM_FI_DEV_POWER_MGMT_LIMIT": 700.0},
                 processes=holders,
             ))
+            if gpu == B1 and i > 0:  # the serving pod's scraped figures (absent before its second scrape)
+                out[-1].metrics.update({"gpuwatch_inference_requests_per_second": 42.5,
+                                        "gpuwatch_inference_pending_requests": 3.0,
+                                        "gpuwatch_inference_queue_seconds": 0.025})
     return out
 
 

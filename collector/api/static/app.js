@@ -391,7 +391,10 @@ function throttleTraces(events, startMs, endMs, facts) {
 
 const SERIES = ["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
   "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-  "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK"];
+  "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
+  // the inference server of the pod on the GPU, where the agent scrapes it (absent otherwise)
+  "gpuwatch_inference_requests_per_second", "gpuwatch_inference_queue_seconds",
+  "gpuwatch_inference_pending_requests"];
 
 function gpuStep(seconds) {
   // at least the agent's longest interval (10 s), so an idle GPU's buckets are not empty
@@ -459,10 +462,31 @@ async function gpuView(uuid) {
   chart(box, "chart-clocks", "Clocks", [
     line(x, s.DCGM_FI_DEV_SM_CLOCK, "SM clock"), line(x, s.DCGM_FI_DEV_MEM_CLOCK, "memory clock"),
   ], { xaxis, yaxis: { ticksuffix: " MHz", tickformat: ",.0f" }, ...marks(false) });
+  inferenceChart(box, x, s, xaxis, marks(false));
   const throttle = throttleTraces(events.items, startMs, endMs, facts);
   chart(box, "chart-throttle", throttle.length ? "Throttle reasons (clock events)" : "Throttle reasons: none in this range",
         throttle, { xaxis, yaxis: { type: "category", rangemode: "normal" }, showlegend: false,
                     shapes: marks(false).shapes });
+}
+
+function inferenceChart(box, x, s, xaxis, marks) {
+  // requests/s and pending requests (left axis), mean queue time (right axis, ms): only for a GPU
+  // whose pod's inference server the agent scrapes (annotation gpuwatch.io/scrape-port)
+  const rps = s.gpuwatch_inference_requests_per_second;
+  const queue = s.gpuwatch_inference_queue_seconds.map((v) => (v == null ? null : 1000 * v));
+  const pending = s.gpuwatch_inference_pending_requests;
+  const old = document.getElementById("chart-inference");
+  if (![rps, queue, pending].some((ys) => ys.some((v) => v != null))) {
+    if (old) old.remove();
+    return;
+  }
+  chart(box, "chart-inference", "Inference server (the pod's own figures)", [
+    line(x, rps, "requests/s", { hovertemplate: "%{y:.1f} req/s" }),
+    line(x, pending, "pending", { hovertemplate: "%{y:.0f}" }),
+    line(x, queue, "queue time", { yaxis: "y2", line: { dash: "dot", width: 1.6 }, hovertemplate: "%{y:.1f} ms" }),
+  ], { xaxis, yaxis: { tickformat: ",.1f" },
+       yaxis2: { overlaying: "y", side: "right", ticksuffix: " ms", rangemode: "tozero", showgrid: false },
+       ...marks });
 }
 
 function serviceStep(seconds) {
