@@ -111,11 +111,16 @@ def build_agent(settings: Any, *, cpu: ThreadCpu | None = None, instance: str | 
 
 
 def _inference_scraper(settings: Any, attribution: Any, cpu: ThreadCpu) -> Any:
-    """The scraper of pods' inference endpoints, where the agent sees this node's pods (Kubernetes)."""
-    if settings.simulate or attribution is None or "kubernetes" not in attribution.sources():
-        return None
+    """The scraper of pods' inference endpoints, where the agent sees this node's pods (Kubernetes);
+    with ``--simulate``, the simulated serving pods' figures (agent/simulate/inference.py)."""
     if not settings.inference_scrape_period:
         log.info("inference scraping is off (GPUWATCH_INFERENCE_SCRAPE_PERIOD=0)")
+        return None
+    if settings.simulate:
+        from agent.simulate.inference import SimulatedServerFigures
+
+        return SimulatedServerFigures()
+    if attribution is None or "kubernetes" not in attribution.sources():
         return None
     from agent.inference.scraper import InferenceScraper
 

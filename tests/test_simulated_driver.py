@@ -105,3 +105,21 @@ def test_mig_instances_and_their_limits() -> None:
         fleet.power(instances[0])
     used, free, reserved = fleet.memory(instances[1])
     assert used + free + reserved > 0
+
+
+def test_simulated_serving_pods_carry_inference_figures_that_follow_their_load() -> None:
+    """`--simulate` has no inference server to scrape; its vLLM pods' figures follow the GPU's
+    load as a server's do (requests with load, queue near saturation), other pods get none."""
+    from agent.simulate.inference import SimulatedServerFigures
+    from telemetry import keys as k
+    from telemetry.records import ProcessRecord
+
+    figures = SimulatedServerFigures()
+    serving, training = [ProcessRecord(pid=1, name="vllm")], [ProcessRecord(pid=2, name="python")]
+    low, full, other = {k.SM_ACTIVE: 0.4}, {k.SM_ACTIVE: 1.0}, {k.SM_ACTIVE: 0.9}
+    for m in (low, full):
+        figures.add_to(None, serving, m)  # type: ignore[arg-type]
+    figures.add_to(None, training, other)  # type: ignore[arg-type]
+    assert full[k.INFERENCE_REQUESTS_PER_SECOND] > low[k.INFERENCE_REQUESTS_PER_SECOND] > 0
+    assert full[k.INFERENCE_QUEUE_SECONDS] > 10 * low[k.INFERENCE_QUEUE_SECONDS]
+    assert set(other) == {k.SM_ACTIVE}

@@ -161,9 +161,9 @@ def test_trace_g_host_side_names_each_cause() -> None:
     already runs at 0.92 of a core, so "all CPU on one thread" is the sign, not a busier one.)"""
     import gzip
 
-    from benchmarks.gpu.host_from_sidecar import rows
     from collector.detect import DetectionEngine
     from telemetry.records import GpuRecord
+    from tests.support.sidecar import rows
 
     sidecar_path = DATA.parent.parent / "docs" / "gpu-runs" / "2026-12-01-labelled-g-host.jsonl.gz"
     with gzip.open(sidecar_path, "rt", encoding="utf-8") as fh:
