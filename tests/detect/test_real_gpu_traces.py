@@ -178,3 +178,17 @@ def test_trace_g_host_side_names_each_cause() -> None:
         opened += [c.anomaly for c in engine.feed(rec) if c.action == "open" and c.anomaly.kind == "throughput_drop"]
     assert [a.causes[-1].rsplit(": ", 1)[-1] for a in opened] == [
         "waiting on input", "a single busy thread (a Python loop, the GIL) feeds the GPU", "host CPU contention"]
+
+
+def test_trace_h_read_by_the_agent_with_host_evidence_every_fall_named() -> None:
+    """Variant h (issue 14), recorded by the agent that reads the host, after the session's
+    detector and diagnosis changes, and scored at once: 4 of 4, nothing on its normal phases,
+    and the stall, the single-thread input and the contention each name their own cause from
+    the agent's own host columns."""
+    trace = DATA / "h200-labelled-h.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["false"] == []
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
+    drops = [a for a in replay(read_trace(trace)).anomalies if a.kind == "throughput_drop"]
+    assert [a.causes[-1].rsplit(": ", 1)[-1] for a in drops] == [
+        "waiting on input", "a single busy thread (a Python loop, the GIL) feeds the GPU", "host CPU contention"]
