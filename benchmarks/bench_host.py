@@ -14,6 +14,11 @@ simulated fleet's serving replicas have them) and ``per-gpu`` (a process of its 
 every GPU, the most files per tick).
 
     python benchmarks/bench_host.py --rounds 40 --steps 50
+    python benchmarks/bench_host.py --nvml --rounds 20 --steps 10   # the real GPUs and their real processes
+
+With ``--nvml`` both agents sample this machine's real GPUs through NVML (the processes NVML
+lists are read on the host as in production), so the ratio has the real denominator: a GPU
+machine with a job running.
 """
 
 from __future__ import annotations
@@ -68,9 +73,22 @@ def _agent(pids: list[list[int]], now: list[float], host: bool) -> Agent:
     return agent
 
 
-def measure(pids: list[list[int]], rounds: int, steps: int) -> dict[str, Any]:
+def _nvml_agent(now: list[float], host: bool) -> Agent:
+    from agent.driver.nvml import NvmlDriver
+
+    config = ScheduleConfig(floor=1.0, ceiling=1.0, busy=1.0, cpu_budget=1.0)
+    agent = Agent(NvmlDriver(), "bench", config, None, clock=lambda: now[0], calibrate_calls=False,
+                  host=HostReader() if host else None)
+    agent.open()
+    return agent
+
+
+def measure(pids: list[list[int]] | None, rounds: int, steps: int) -> dict[str, Any]:
     now = [1000.0]
-    agents = {"off": _agent(pids, now, False), "on": _agent(pids, now, True)}
+    if pids is None:
+        agents = {"off": _nvml_agent(now, False), "on": _nvml_agent(now, True)}
+    else:
+        agents = {"off": _agent(pids, now, False), "on": _agent(pids, now, True)}
     for a in agents.values():  # warm up: first readings, caches, open files
         a.step(now[0])
     cpu = dict.fromkeys(agents, 0.0)
@@ -104,7 +122,14 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=40, help="alternating rounds (default 40)")
     p.add_argument("--steps", type=int, default=50, help="ticks of 8 GPU-samples per agent per round (default 50)")
     p.add_argument("--json", help="also write the result here")
+    p.add_argument("--nvml", action="store_true", help="the real GPUs through NVML and the processes on them")
     args = p.parse_args()
+    if args.nvml:
+        result_nvml: dict[str, Any] = {"benchmark": "host evidence on vs off, agent CPU per GPU-sample, real NVML",
+                                       "rounds": args.rounds, "steps": args.steps, "nvml": measure(None, args.rounds,
+                                                                                                  args.steps)}
+        finish(result_nvml, args.json)
+        return
     children = [subprocess.Popen([sys.executable, "-c", _CHILD]) for _ in range(GPUS)]
     try:
         time.sleep(0.5)  # the children's threads exist
