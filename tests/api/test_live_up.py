@@ -209,6 +209,14 @@ def test_web_page_shows_the_fleet_incidents_a_gpu_and_a_service(running_up: tupl
             assert ticks and all(t.endswith(" GiB") and "k" not in t for t in ticks), ticks
             page.screenshot(path=str(ARTIFACTS / "web-gpu.png"), full_page=True)
 
+            # a serving GPU: its pod's inference server's figures (the simulated vLLM pods carry them)
+            serving = next(g for g in gpus if any(p.get("service") == "llm-serve" for p in g["pods"]))
+            page.goto(f"{url}/#/gpu/{serving['gpu']}")
+            page.wait_for_selector("#chart-inference .main-svg", timeout=15_000)
+            names = _js(page, "document.getElementById('chart-inference').data.map((t) => t.name)")
+            assert names == ["requests/s", "pending", "queue time"], names
+            assert _js(page, "document.getElementById('chart-inference').data[0].y.some((v) => v > 0)")
+
             page.goto(url + "/#/")
             page.wait_for_selector("#services li a", timeout=15_000)
             page.locator("#services li a").first.click()
