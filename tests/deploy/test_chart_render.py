@@ -185,6 +185,23 @@ def test_sys_ptrace_is_granted_to_the_agent_only_when_profiling_is_on() -> None:
     assert "SYS_PTRACE" not in json.dumps(collector)
 
 
+def test_host_evidence_reads_the_hosts_cgroup_tree_read_only_and_its_settings_load() -> None:
+    pod = render("defaults").one("DaemonSet", "-agent")["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True  # /proc of the GPU's processes
+    (agent,) = pod["containers"]
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert mounts["/host/sys/fs/cgroup"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["host-cgroup"]["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
+    env = env_of(agent)
+    from agent.settings import AgentSettings
+
+    settings = AgentSettings(**{k.removeprefix("GPUWATCH_").lower(): v for k, v in env.items()
+                                if k.startswith(("GPUWATCH_HOST", "GPUWATCH_INFERENCE"))})
+    assert settings.host_evidence and settings.host_cgroup_root == "/host/sys/fs/cgroup"
+    assert settings.inference_scrape_period == 5 and settings.inference_scrape_timeout == 1
+
+
 def test_spool_on_emptydir_and_runtime_class() -> None:
     pod = render("spool-emptydir").one("DaemonSet", "-agent")["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"
