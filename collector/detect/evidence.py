@@ -53,6 +53,7 @@ KEYS: Final = (
 _I: Final = {key: i for i, key in enumerate(KEYS)}
 _HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO_WAITING_RATIO] + 1))
 _SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS_PER_SECOND], _I[k.INFERENCE_KV_CACHE_RATIO] + 1))
+_EVIDENCE_KEYS: Final = frozenset(KEYS[i] for i in _HOST | _SERVER)
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
 PRESSURE: Final = 0.2  # some task waited for a CPU this share of wall time: the node is contended
@@ -86,19 +87,23 @@ class Evidence:
 
     readings: deque[tuple[float, tuple[float | None, ...]]] = field(default_factory=lambda: deque(maxlen=_KEEP))
     seen: bool = False  # whether any reading held host or server evidence (else: an agent without it)
+    last_ts: float = -1e18  # when a record was last looked at
 
     def observe(self, ts: float, m: dict[str, float]) -> None:
-        r = self.readings
-        if r and ts - r[-1][0] < EVERY:
+        if ts - self.last_ts < EVERY:
             return
-        values = tuple(m.get(key) for key in KEYS)
-        if not self.seen and any(values[i] is not None for i in _HOST | _SERVER):
+        self.last_ts = ts
+        if not self.seen:
+            # the common case of an agent without host evidence: one set intersection, no history
+            if not (m.keys() & _EVIDENCE_KEYS):
+                return
             self.seen = True
-        r.append((ts, values))
+        self.readings.append((ts, tuple(m.get(key) for key in KEYS)))
 
     def clear(self) -> None:
         self.readings.clear()
         self.seen = False
+        self.last_ts = -1e18
 
     def _mean(self, key: str, start: float, end: float) -> float | None:
         i = _I[key]
