@@ -224,3 +224,32 @@ def test_the_agents_commands_start_without_the_collectors_libraries() -> None:
             "    try:\n        main(cmd)\n    except SystemExit as e:\n        assert e.code in (0, None), e.code\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_connection_left_mid_operation_while_opening_the_store_is_waited_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in CI with PostgreSQL restarted under a starting collector: asyncpg raised
+    "cannot switch to state 15; another operation (2) is in progress" from the migrations, and
+    the collector died with a traceback. It is a lost connection like any other: the store is
+    opened again while the database wait lasts."""
+    import asyncio
+    import types
+
+    import asyncpg
+
+    from collector import store as store_pkg
+    from gpuwatch.cmd_collector import open_store
+
+    calls: list[int] = []
+
+    async def opening(dsn: str, profile: str = "auto") -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise asyncpg.exceptions.InternalClientError("cannot switch to state 15; another operation (2) is in "
+                                                         "progress")
+        return "store"
+
+    monkeypatch.setattr(store_pkg.Store, "open", staticmethod(opening))
+    settings = types.SimpleNamespace(db_wait=30.0, dsn=lambda: "postgresql://x/y", db_profile="auto")
+    assert asyncio.run(open_store(settings, asyncio.Event())) == "store"
+    assert len(calls) == 2

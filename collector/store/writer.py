@@ -479,6 +479,10 @@ _CONNECTION_ERRORS: Final = (
 #: (raised by :meth:`Store.write`), so retrying cannot loop on bad data.
 DB_UNAVAILABLE: Final[tuple[type[BaseException], ...]] = (
     OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresError,
+    # asyncpg's "cannot switch to state N; another operation is in progress": a connection left
+    # mid-operation by a server that went away under it (seen opening the store while PostgreSQL
+    # restarted); the pool is dropped and opened again, like any lost connection
+    asyncpg.exceptions.InternalClientError,
 )
 
 #: PostgreSQL refusing the data itself: class 22 (data exception), 23 (integrity), 54 (limits).
