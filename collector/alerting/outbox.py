@@ -25,6 +25,7 @@ from collector.alerting.delivery import DEFAULT_POLICY, RetryPolicy, Transport, 
 from collector.alerting.payloads import bodies
 from collector.alerting.router import Notification
 from collector.alerting.rules import Channel
+from collector.store import alert_tables as tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +50,8 @@ async def enqueue(conn: Any, rows: Sequence[OutboxRow]) -> int:
     """Insert rows (idempotent by ``idem_key``); call inside the caller's transaction."""
     if not rows:
         return 0
-    result = await conn.fetch(
-        "INSERT INTO alert_outbox (idem_key, channel, payload) "
-        "SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[]) "
-        "ON CONFLICT (idem_key) DO NOTHING RETURNING id",
-        [r.idem_key for r in rows], [r.channel for r in rows], [json.dumps(r.payload) for r in rows],
-    )
-    return len(result)
+    return await tables.enqueue_outbox(conn, [r.idem_key for r in rows], [r.channel for r in rows],
+                                       [json.dumps(r.payload) for r in rows])
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +68,12 @@ async def dispatch(pool: Any, channels: dict[str, Channel], transport: Transport
     sent = failed = deferred = 0
     for _ in range(limit):
         async with pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                "SELECT id, channel, payload, attempts FROM alert_outbox "
-                "WHERE status = 'pending' AND next_attempt_at <= now() "
-                "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED")
+            row = await tables.claim_due(conn)
             if row is None:
                 break
             channel = channels.get(row["channel"])
             if channel is None:
-                await conn.execute(
-                    "UPDATE alert_outbox SET status = 'failed', last_error = $2 WHERE id = $1",
-                    row["id"], f"channel {row['channel']} is not configured")
+                await tables.mark_failed(conn, row["id"], f"channel {row['channel']} is not configured")
                 failed += 1
                 continue
             payload = row["payload"]
@@ -90,20 +81,13 @@ async def dispatch(pool: Any, channels: dict[str, Channel], transport: Transport
             outcome = await asyncio.to_thread(send, channel, body, transport, policy)
             attempts = int(row["attempts"]) + outcome.attempts
             if outcome.ok:
-                await conn.execute(
-                    "UPDATE alert_outbox SET status = 'sent', sent_at = now(), attempts = $2, last_error = NULL "
-                    "WHERE id = $1", row["id"], attempts)
+                await tables.mark_sent(conn, row["id"], attempts)
                 sent += 1
             elif outcome.permanent or attempts >= max_attempts:
-                await conn.execute(
-                    "UPDATE alert_outbox SET status = 'failed', attempts = $2, last_error = $3 WHERE id = $1",
-                    row["id"], attempts, outcome.error)
+                await tables.mark_failed(conn, row["id"], outcome.error, attempts)
                 failed += 1
             else:
                 delay = min(3600.0, defer_base_s * 2 ** min(attempts, 10))
-                await conn.execute(
-                    "UPDATE alert_outbox SET attempts = $2, last_error = $3, "
-                    "next_attempt_at = now() + make_interval(secs => $4) WHERE id = $1",
-                    row["id"], attempts, outcome.error, delay)
+                await tables.defer(conn, row["id"], attempts, outcome.error, delay)
                 deferred += 1
     return DispatchStats(sent, failed, deferred)

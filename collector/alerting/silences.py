@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from collector.store.alert_tables import active_silences
+
 
 @dataclass(frozen=True, slots=True)
 class Silence:
@@ -43,6 +45,6 @@ def _matchers(raw: Any) -> tuple[tuple[str, str], ...]:
 
 async def load_active(conn: Any, now: datetime) -> list[Silence]:
     """Silences not yet ended at ``now`` (the router checks their start against its own clock)."""
-    rows = await conn.fetch("SELECT id, matchers, starts_at, ends_at FROM silences WHERE ends_at > $1", now)
+    rows = await active_silences(conn, now)
     return [Silence(int(r["id"]), _matchers(r["matchers"]), r["starts_at"].timestamp(), r["ends_at"].timestamp())
             for r in rows]
