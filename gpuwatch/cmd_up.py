@@ -107,6 +107,32 @@ def _api_settings(args: argparse.Namespace) -> Any:
                 flags=API_FLAGS)
 
 
+async def _keep_running(pg: Any, stop: asyncio.Event, every_s: float = 1.0, retry_s: float = 3.0) -> None:
+    """``up`` owns its embedded PostgreSQL: when it exits under it (killed, crashed), start it
+    again on the same data directory and socket. The store's pool reconnects by itself and the
+    in-process queue holds the frames meanwhile, so nothing sent is lost. A start that fails
+    (its backends still hold the shared memory of the one that died) is tried again."""
+    from gpuwatch.embedded_pg import EmbeddedPgError
+
+    down = False
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), retry_s if down else every_s)
+        if stop.is_set():
+            return
+        if not down and pg.exited():
+            log.warning("the embedded PostgreSQL in %s exited; starting it again", pg.root)
+            down = True
+        if down:
+            try:
+                await asyncio.to_thread(pg.start, 60.0)
+            except EmbeddedPgError as exc:
+                log.warning("the embedded PostgreSQL did not start again (%s); trying again in %.0f s", exc, retry_s)
+                continue
+            log.warning("the embedded PostgreSQL in %s runs again", pg.root)
+            down = False
+
+
 async def _start_api(pool: Any, settings: Any, port_given: bool, ingestor: Any) -> Any:
     """The API on its port; on a free one instead when the port was only the default and is taken."""
     from collector.api.context import IngestStats
@@ -324,6 +350,8 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     from collector.settings import CollectorSettings
 
     maintenance_s = CollectorSettings.model_fields["maintenance_interval"].default
+    if pg is not None:
+        tasks.append(asyncio.create_task(_keep_running(pg, stop)))
     tasks += [asyncio.create_task(ConsumeLoop(transport, ingestor).run()),
               asyncio.create_task(every(maintenance_s, stop, store.maintain, "maintenance")),
               asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),

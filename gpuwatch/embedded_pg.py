@@ -205,6 +205,15 @@ class PgServer:
     def running(self) -> bool:
         return self._proc is not None
 
+    def exited(self) -> bool:
+        """Whether the server this object started has exited under it (killed, crashed): it is
+        then no longer counted as running, and :meth:`start` starts it again."""
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            return False
+        self._proc = None
+        return True
+
     def dsn(self, dbname: str = "postgres") -> str:
         if self.tcp:
             return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
