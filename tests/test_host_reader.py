@@ -320,6 +320,10 @@ def test_a_process_sleeping_on_input_shows_a_sleeping_ratio_near_one(children: l
 def test_one_spinning_thread_shows_a_busiest_thread_ratio_near_one(children: list[subprocess.Popen[bytes]]) -> None:
     spinner = _spawn("thread")
     children.append(spinner)
-    out = _settled(HostReader(), spinner.pid, "GPU-thread", lambda o: o[k.PROCESS_BUSIEST_THREAD_RATIO] > 0.6)
+    # the busiest thread is read over the last full pass or the interval, the process's CPU over the
+    # interval: on a loaded CI machine one short interval can miss the thread's turn, so the reading
+    # is awaited in which both agree (seen in CI: busiest 1.0, process 0.0 over one 0.3-s interval)
+    out = _settled(HostReader(), spinner.pid, "GPU-thread", lambda o: o[k.PROCESS_BUSIEST_THREAD_RATIO] > 0.6
+                   and abs(o[k.PROCESS_CPU_CORES] - o[k.PROCESS_BUSIEST_THREAD_RATIO]) <= 0.3)
     assert out[k.PROCESS_SLEEPING_RATIO] < 0.4
     assert out[k.PROCESS_CPU_CORES] == pytest.approx(out[k.PROCESS_BUSIEST_THREAD_RATIO], abs=0.3)
