@@ -26,7 +26,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.alerting import outbox, store
+from collector.alerting import outbox
 from collector.alerting.delivery import DEFAULT_POLICY, RetryPolicy, Transport, UrllibTransport
 from collector.alerting.router import Router
 from collector.alerting.rules import RuleSet
@@ -34,6 +34,7 @@ from collector.alerting.silences import Silence, load_active
 from collector.detect.anomaly import Anomaly
 from collector.detect.engine import Change, DetectionEngine
 from collector.periodic import every
+from collector.store import alert_tables
 from telemetry.records import EventRecord, GpuRecord
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,8 @@ class DetectionService:
             if not anomalies and not alerts and not rows:
                 return 0
             async with self.pool.acquire() as conn, conn.transaction():
-                ids = await store.upsert_anomalies(conn, anomalies)
-                await store.upsert_alerts(conn, alerts, ids)
+                ids = await alert_tables.upsert_anomalies(conn, anomalies)
+                await alert_tables.upsert_alerts(conn, alerts, ids)
                 enqueued = await outbox.enqueue(conn, rows)
             opened = [(c.anomaly, ids[c.anomaly.key]) for c in changes if c.action == "open"]
             self.counters["anomalies_opened"] += len(opened)

@@ -12,72 +12,54 @@ same row (collector/alerting/outbox.py says why it is shaped so).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from collector.detect.anomaly import Anomaly, AnomalyKey
+
+if TYPE_CHECKING:  # (alerting imports this module: the type only, no import at run time)
+    from collector.alerting.router import Alert
 
 
-@dataclass(frozen=True, slots=True)
-class AnomalyWrite:
-    fingerprint: str
-    kind: str
-    severity: str
-    gpu: str | None
-    node: str | None
-    namespace: str | None
-    pod: str | None
-    service: str | None
-    metric: str | None
-    start: datetime | None
-    end: datetime | None
-    summary: str
-    causes_json: str
+async def upsert_anomalies(conn: Any, anomalies: Sequence[Anomaly]) -> dict[AnomalyKey, int]:
+    """Insert or update each anomaly; returns ``anomaly.key -> row id``."""
+    ids: dict[AnomalyKey, int] = {}
+    for a in anomalies:
+        row_id = await conn.fetchval(
+            "INSERT INTO anomalies (fingerprint, kind, severity, gpu, node, namespace, pod, service, metric, "
+            "start_ts, end_ts, summary, causes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb) "
+            "ON CONFLICT (fingerprint, start_ts) DO UPDATE SET severity = EXCLUDED.severity, end_ts = EXCLUDED.end_ts, "
+            "summary = EXCLUDED.summary, causes = EXCLUDED.causes RETURNING id",
+            a.fingerprint, a.kind, a.severity, a.gpu, a.node, a.namespace, a.pod, a.service, a.metric,
+            _ts(a.start), _ts(a.end), a.summary, json.dumps(a.causes),
+        )
+        ids[a.key] = int(row_id)
+    return ids
 
 
-@dataclass(frozen=True, slots=True)
-class AlertWrite:
-    rule: str
-    fingerprint: str
-    status: str
-    severity: str
-    namespace: str | None
-    service: str | None
-    gpu: str | None
-    node: str | None
-    summary: str
-    labels_json: str
-    starts_at: datetime | None
-    ends_at: datetime | None
-    anomaly_id: int | None
-    silenced: bool
+def _ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-async def upsert_anomaly(conn: Any, a: AnomalyWrite) -> int:
-    """Insert or update one anomaly; its row id."""
-    row_id = await conn.fetchval(
-        "INSERT INTO anomalies (fingerprint, kind, severity, gpu, node, namespace, pod, service, metric, "
-        "start_ts, end_ts, summary, causes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb) "
-        "ON CONFLICT (fingerprint, start_ts) DO UPDATE SET severity = EXCLUDED.severity, end_ts = EXCLUDED.end_ts, "
-        "summary = EXCLUDED.summary, causes = EXCLUDED.causes RETURNING id",
-        a.fingerprint, a.kind, a.severity, a.gpu, a.node, a.namespace, a.pod, a.service, a.metric,
-        a.start, a.end, a.summary, a.causes_json,
-    )
-    return int(row_id)
-
-
-async def upsert_alert(conn: Any, a: AlertWrite) -> None:
-    await conn.execute(
-        "INSERT INTO alerts (rule, fingerprint, status, severity, namespace, service, gpu, node, summary, labels, "
-        "starts_at, ends_at, anomaly_id, silenced, updated_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, now()) "
-        "ON CONFLICT (rule, fingerprint, starts_at) DO UPDATE SET status = EXCLUDED.status, "
-        "severity = EXCLUDED.severity, ends_at = EXCLUDED.ends_at, silenced = EXCLUDED.silenced, "
-        "summary = EXCLUDED.summary, labels = EXCLUDED.labels, "
-        "anomaly_id = COALESCE(EXCLUDED.anomaly_id, alerts.anomaly_id), updated_at = now()",
-        a.rule, a.fingerprint, a.status, a.severity, a.namespace, a.service, a.gpu, a.node, a.summary,
-        a.labels_json, a.starts_at, a.ends_at, a.anomaly_id, a.silenced,
-    )
+async def upsert_alerts(conn: Any, alerts: Sequence[Alert], anomaly_ids: dict[AnomalyKey, int]) -> None:
+    """Insert or update each alert that is more than pending, linked to its anomaly's row."""
+    for a in alerts:
+        if a.status == "pending":
+            continue
+        await conn.execute(
+            "INSERT INTO alerts (rule, fingerprint, status, severity, namespace, service, gpu, node, summary, labels, "
+            "starts_at, ends_at, anomaly_id, silenced, updated_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, now()) "
+            "ON CONFLICT (rule, fingerprint, starts_at) DO UPDATE SET status = EXCLUDED.status, "
+            "severity = EXCLUDED.severity, ends_at = EXCLUDED.ends_at, silenced = EXCLUDED.silenced, "
+            "summary = EXCLUDED.summary, labels = EXCLUDED.labels, "
+            "anomaly_id = COALESCE(EXCLUDED.anomaly_id, alerts.anomaly_id), updated_at = now()",
+            a.rule, a.fingerprint, a.status, a.severity, a.anomaly.namespace, a.anomaly.service, a.anomaly.gpu,
+            a.anomaly.node, a.anomaly.summary, json.dumps(a.labels), _ts(a.starts_at), _ts(a.ends_at),
+            anomaly_ids.get(a.anomaly.key), a.silenced_by is not None,
+        )
 
 
 async def active_silences(conn: Any, now: datetime) -> list[Any]:
