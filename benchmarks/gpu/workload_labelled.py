@@ -127,6 +127,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.09, "cpu_s": 0.06, "stall_steps": 2.0, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.75, "serve_period_s": 15.0, "launch_batch": 1500},
+    # "i": the eighth run, written and recorded first in the fifth session (2026-12-02), before
+    # any change of that session, to be scored held out: the weak spots named at the end of the
+    # fourth: a stall 20 s into the job (before its plateau has held), a slow drift (each step
+    # waits longer for 60 s, then holds at 1.6 steps' wait), contention from 2 burners per core
+    # after an evaluation, launch-bound for 100 s (800 tiny kernels per sync), a slow leak
+    "i": {"train": (("train", 20.0), ("stall", 70.0), ("train", 22.0), ("eval", 8.0), ("train", 22.0),
+                    ("drift", 100.0), ("train", 20.0), ("contention", 65.0), ("train", 20.0), ("launch", 100.0),
+                    ("train", 12.0), ("leak", 40.0)),
+          "tools": (),
+          "gpu_s": 0.08, "cpu_s": 0.07, "stall_steps": 1.6, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.6, "serve_period_s": 15.0, "launch_batch": 800, "drift_steps": 1.6, "drift_ramp_s": 60.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
