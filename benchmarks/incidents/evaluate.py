@@ -6,6 +6,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/incidents/evaluate.py --seeds 1 --hours 1 --json out.json
     .venv/bin/python benchmarks/incidents/evaluate.py --write-trace t.jsonl --seeds 1   # also the trace itself
     .venv/bin/python benchmarks/incidents/evaluate.py --generator heldout --seeds 101,102,103 --nodes 6
+    .venv/bin/python benchmarks/incidents/evaluate.py --generator heldout --inference-figures --seeds 102 --nodes 6
 
 ``--generator tuning`` (the default) is tests/support/incidents/generate.py, which the
 detectors were tuned on; ``heldout`` is benchmarks/incidents/heldout.py, written separately
@@ -18,6 +19,7 @@ scores the same way).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -39,9 +41,16 @@ def main() -> int:
     p.add_argument("--json", help="write the full result here")
     p.add_argument("--write-trace", help="also write the first seed's trace as JSON Lines")
     p.add_argument("--generator", choices=["tuning", "heldout"], default="tuning")
+    p.add_argument("--inference-figures", action="store_true",
+                   help="heldout only: its serving replicas also carry the inference server's figures "
+                        "(requests/s, queue time, pending), as the agent scrapes from an annotated pod")
     args = p.parse_args()
+    if args.inference_figures and args.generator != "heldout":
+        p.error("--inference-figures: only the heldout generator has them")
+    make = functools.partial(HeldoutFleet, inference_figures=args.inference_figures) \
+        if args.generator == "heldout" else Fleet
     result = evaluate([int(s) for s in args.seeds.split(",")], args.nodes, args.hours, args.write_trace,
-                      args.generator, HeldoutFleet if args.generator == "heldout" else Fleet)
+                      args.generator + ("+inference" if args.inference_figures else ""), make)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"{result['records']} records, {result['incidents']} incidents, {result['anomalies']} anomalies")

@@ -19,8 +19,10 @@ other shapes, parameters and noise, and is only ever used to report:
 * the pipeline's silences: agent restarts (10-120 s), partitions delivered up to 5 min
   late, sampling stretched to 20-90 s.
 
-Incidents are labelled like the tuning generator's (``Incident``), and lost GPUs are
-reported by agent events, as the real agent does.
+Incidents are labelled like the tuning generator's (``Incident``), and lost GPUs and XIDs
+are reported by agent events, as the real agent does (an XID also sets the field, which holds
+the last one: until 2026-12-02 a repeated XID set the field to 0 and sent no event, so 6 of
+its 76 XIDs in seeds 101-103 could not be seen by anything).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from telemetry import keys as tk
 from telemetry.records import EventRecord, GpuRecord, ProcessRecord
 from tests.support.incidents.generate import Incident
 
@@ -59,8 +62,12 @@ class _Slot:
 class HeldoutFleet:
     """``nodes`` nodes (4 or 8 GPUs each) over ``hours``; iterate :meth:`records`, read :attr:`incidents`."""
 
-    def __init__(self, nodes: int = 6, hours: float = 3.0, seed: int = 101, t0: float = 1_767_225_600.0) -> None:
+    def __init__(self, nodes: int = 6, hours: float = 3.0, seed: int = 101, t0: float = 1_767_225_600.0,
+                 inference_figures: bool = False) -> None:
         self.t0, self.seconds, self.rng = t0, int(hours * 3600), random.Random(seed * 7919)
+        # the serving replicas' own figures, as the agent scrapes them from an annotated vLLM/Triton pod
+        # (agent/inference/): off by default, so the suite's figures stay those of GPU readings alone
+        self.inference_figures = inference_figures
         self.slots: list[_Slot] = []
         self.incidents: list[Incident] = []
         pods = services = 0
@@ -269,6 +276,12 @@ class HeldoutFleet:
                 if end - x < 45:
                     sm *= (end - x) / 45
             gen = next((k for k, (a, b) in enumerate(wins or []) if a <= x < b), 0)
+            if self.inference_figures:
+                # requests completed: what the GPU's activity serves (a burst is heavier requests), and a
+                # queue of a few milliseconds while the replica keeps up
+                extra[tk.INFERENCE_REQUESTS_PER_SECOND] = round(max(0.0, sm - burst) / 0.9 * 40, 2)
+                extra[tk.INFERENCE_QUEUE_SECONDS] = round(0.004 + 0.004 * r.random(), 4)
+                extra[tk.INFERENCE_PENDING_REQUESTS] = float(r.randint(0, 2))
             proc = ProcessRecord(pid=11000 + 100 * s.node_no + 10 * s.index + gen, namespace="serve",
                                  pod=f"api-{s.node_no}-{s.index}-{gen}", service="api")
             return max(0.0, sm), extra, proc
@@ -307,6 +320,11 @@ class HeldoutFleet:
             elif sh in ("sft_stall", "pod_stall", "capacity"):
                 sm *= f * (1.6 * r.random() + 0.2) if sh == "sft_stall" else f
                 extra["DCGM_FI_DEV_GPU_UTIL"] = min(100.0, 130 * sm)
+                if sh == "capacity" and tk.INFERENCE_REQUESTS_PER_SECOND in extra:
+                    # fewer completed while the same demand arrives: requests wait, more each minute
+                    extra[tk.INFERENCE_REQUESTS_PER_SECOND] *= f
+                    extra[tk.INFERENCE_QUEUE_SECONDS] = round(0.05 + 0.5 * min(1.0, into / 60.0) * (1 - f), 4)
+                    extra[tk.INFERENCE_PENDING_REQUESTS] = float(round(3 + 40 * min(1.0, into / 60.0) * (1 - f)))
             elif sh == "sft_drift":
                 sm *= max(inc.detail["floor"], inc.detail["floor"] ** (into / inc.detail["ramp"]))
             elif sh == "straggler":
@@ -331,7 +349,11 @@ class HeldoutFleet:
                 sm, extra["DCGM_FI_DEV_GPU_UTIL"], reasons = 0.0, 0.0, 0x1
             elif sh == "launch":
                 sm = 0.0002 + 0.02 * r.random() * f
-                extra.update({"DCGM_FI_DEV_GPU_UTIL": 20 + 70 * f * r.random(), "DCGM_FI_PROF_DRAM_ACTIVE": 0.003})
+                # the tiny-kernel loop replaces the job's work, its copies too (until 2026-12-02 an embed
+                # job's copy phase kept its 12 GB/s under it: copy-bound, not launch-bound); the H200's
+                # launch loops read 180-250 MiB/s of doorbells (collector/detect/launch.py)
+                extra.update({"DCGM_FI_DEV_GPU_UTIL": 20 + 70 * f * r.random(), "DCGM_FI_PROF_DRAM_ACTIVE": 0.003,
+                              "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8, "DCGM_FI_PROF_PCIE_TX_BYTES": 5e7})
                 power = 110.0
             elif sh == "hbm":
                 mem_extra = inc.detail["rise"] * min(1.0, into / 180.0)
@@ -362,8 +384,10 @@ class HeldoutFleet:
                 prev = current.get(s.uuid)
                 if prev is not inc:
                     shape = inc.detail["shape"] if inc is not None else ""
-                    if shape == "xid":  # the field holds the last XID from the moment it happens
-                        s.counters["xid"] = inc.detail["code"] if inc.detail["code"] != s.counters["xid"] else 0.0
+                    if shape == "xid":  # the field holds the last XID from the moment it happens (a repeat
+                        # of the same XID leaves it unchanged), and the agent sends each XID as an event
+                        s.counters["xid"] = inc.detail["code"]
+                        yield EventRecord(t, s.node, s.uuid, "xid", inc.detail["code"])
                     elif shape == "dbe":
                         s.counters["dbe"] += 1 + int(3 * inc.detail["f"])
                         s.counters["xid"] = 48

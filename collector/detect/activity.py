@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.launch import COPYING
-from collector.detect.level import CUSUM_H, CUSUM_WINDOW, IDLE, PLATEAU, ZERO, ActivityLevel
+from collector.detect.level import CUSUM_H, CUSUM_WINDOW, IDLE, PLATEAU, YOUNG_DEEP, ZERO, ActivityLevel
 from collector.detect.state import GpuState
 from telemetry.keys import SM_ACTIVE
 
@@ -64,7 +64,8 @@ _MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a bur
 WAIT = "wait"
 _ABRUPT_S = 20.0  # a fall that left the plateau less than this long ago came at once (not a drift)
 _VERDICT_EVERY_S = 5.0  # the evidence is weighed again this often during a fall (its readings come every 2 s)
-_LATELY_S = 25.0  # a fall not yet started is weighed on this much of the latest evidence
+_FORGET_S = 300.0  # how far back before a reported fall its way down is looked for
+_YOUNG_S = 60.0  # a level not yet established: its highest block of this long ago is where it fell from
 
 
 def _median(values: list[float]) -> float:
@@ -108,19 +109,47 @@ def verdict(st: GpuState, since: float, ts: float) -> Verdict | None:
     return found
 
 
-def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str) -> bool:
+def _young(st: GpuState, ts: float, lone: bool) -> bool:
+    """A deep fall from a level held too briefly to count yet (the real H200 trace i: a stall 20 s
+    into a job, 84% down): a fault of a steady job only when the host names a cause and nothing
+    says it serves requests (an inference server after its warm-up waits for traffic, and sleeps).
+    Judged from when it left that level, on the evidence since then."""
+    lv = st.level
+    if not lone or lv.plateau_blocks == 0 or st.evidence.serves():
+        return False
+    ref = lv.high_within(ts, _YOUNG_S)
+    if ref < 2 * IDLE or lv.fast >= YOUNG_DEEP * ref:
+        return False
+    since = lv.left_plateau(ref, ts, _YOUNG_S)
+    found = verdict(st, since, ts)
+    if found is None or not found.host_side:
+        return False
+    lv.start_episode(since, ref, "steady", True, lead=ts - since)
+    return True
+
+
+def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) -> bool:
     lv = st.level
     fast = lv.fast
-    if not lv.established or fast < ZERO:
+    if fast < ZERO:
         return False
+    if not lv.established:
+        return _young(st, ts, lone)
     ref = lv.level
     if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread \
             and lv.high_within(ts, _STEP_S) >= cfg.drop_ratio * ref:  # falling to here, not rising from idle
         # a demand-driven (or not yet known) workload's fall is a steady job's when the host says why:
-        # a host-side cause is the evidence of lost capacity that its activity alone cannot give
-        found = verdict(st, (ts - _LATELY_S) // _VERDICT_EVERY_S * _VERDICT_EVERY_S, ts) if mode != "steady" else None
-        if mode == "steady" or (found is not None and found.host_side):
-            lv.start_episode(ts, ref, "steady", lv.high_within(ts, _ABRUPT_S) >= PLATEAU * ref)
+        # a host-side cause is the evidence of lost capacity that its activity alone cannot give. It is
+        # judged from when it left the plateau (the evidence needs some seconds of readings to tell)
+        if mode == "steady":
+            abrupt = lv.high_within(ts, _ABRUPT_S) >= PLATEAU * ref
+            since = lv.left_plateau(ref, ts, _ABRUPT_S) if abrupt else ts
+            lv.start_episode(since, ref, "steady", abrupt, lead=ts - since)
+            return True
+        since = lv.left_plateau(ref, ts, _STEP_S)
+        found = verdict(st, since, ts)
+        if found is not None and found.host_side:
+            lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since)
             return True
     if mode == "steady":
         return False
@@ -189,7 +218,9 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
     """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing
     does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``)."""
     lv = st.level
-    if lv.fast < 2 * IDLE:
+    # drained: its traffic went to the other replicas; a GPU with none has nowhere to send it, so only
+    # an idle GPU reads as drained (the real H200 trace f's contention fell to 0.08 with no peers)
+    if lv.fast < (2 * IDLE if svc_peers else IDLE):
         return "its activity went to near zero: drained or no longer routed to, not slower"
     if not svc_peers:
         return None
@@ -238,21 +269,23 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if lv.recovered(ts, BAND + (cfg.drop_ratio if lv.ep_mode == "steady" else cfg.step_ratio)):
             # a fall that was reported is the job's rhythm only once it recurs minutes later; sooner, it
             # would excuse the next incident of its depth (level.py ``_like``)
-            lv.end_episode(ts, learn_dip=True, dip_max_s=DIP_MAX_S, reported="throughput_drop" in st.open)
+            lv.end_episode(ts, learn_dip=True, dip_max_s=DIP_MAX_S, reported=lv.ep_reported)
             return None
         if ts - lv.ep_start >= cfg.accept_after_s:
             lv.reset(ts)  # lower for this long: the workload's new normal, learned afresh
             return None
-    elif not _start(st, ts, cfg, _mode(lv, svc_peers)):
+    elif not _start(st, ts, cfg, _mode(lv, svc_peers), not svc_peers and not pod_peers):
         return None
     why = _explained(st, cfg)
     if why == "copy":
-        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt)  # judged from when the copy ends
+        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported)  # judged from when the copy ends
         return None
     if why is not None:
         lv.end_episode()
         return None
-    is_open = "throughput_drop" in st.open
+    # an anomaly still open from a fall that recovered seconds ago is not this fall's: it closes, and
+    # this one is judged on its own (the real H200 trace d: contention 12 s after a reported stall)
+    is_open = lv.ep_reported and "throughput_drop" in st.open
     if lv.ep_up >= 0:
         return _finding(st, ts, cfg, pod_peers, svc_peers, False) if is_open else None  # coming back
     lv.add_to_episode(sm)
@@ -283,10 +316,15 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         hold = cfg.pod_hold_s
     else:
         hold = cfg.steady_hold_s if waits or not lv.ep_abrupt else cfg.smooth_hold_s
-    if lv.unexcused(ts) < hold:
+    # a job waiting for work is timed from when it left its plateau; an evaluation-like fall (smooth,
+    # or the whole pod's) from when it was first seen below the ratio, as those holds were set
+    if lv.unexcused(ts) - (0.0 if hold == cfg.steady_hold_s else lv.ep_lead) < hold:
         return None
     if lv.ep_mode != "steady" and lv.recent and lv.recent[-1][1] < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0):
         return None  # still falling (a replica draining): a step settles at its new level
+    # an incident: its way down, learned before the fall was judged, is not the job's work
+    lv.forget_since(lv.left_plateau(lv.ep_ref, lv.ep_start, _FORGET_S))
+    lv.ep_reported = True
     return _finding(st, ts, cfg, pod_peers, svc_peers, True, pod_wide, waits)
 
 

@@ -100,6 +100,10 @@ class Evidence:
             self.seen = True
         self.readings.append((ts, tuple(m.get(key) for key in KEYS)))
 
+    def serves(self) -> bool:
+        """Whether an inference server's figures came for this GPU (it serves requests)."""
+        return any(v[i] is not None for _, v in self.readings for i in _SERVER)
+
     def clear(self) -> None:
         self.readings.clear()
         self.seen = False

@@ -60,7 +60,7 @@ class DetectorConfig:
     straggler_hold_s: float = 15.0
     launch_util: float = 0.1  # launch-bound: GPU utilisation (ratio) at least this (trace e's loop read 18-28%) ...
     launch_ratio: float = 4.0  # ... and at least this many times SM activity ...
-    launch_hold_s: float = 90.0  # ... for this long
+    launch_hold_s: float = 60.0  # ... for this long
     throttle_hold_s: float = 5.0
     clock_drop_ratio: float = 0.85
     leak_window_s: float = 60.0

@@ -51,14 +51,14 @@ def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None) -> Findi
         return None
     if (dram is not None and dram >= DRAM_BUSY) or st.pcie >= COPYING:
         return None
-    ratio = st.util_slow / max(st.sm_slow, 1e-4)
+    ratio = st.util_slow / max(sm, 1e-4)
     causes = [f"GPU utilisation {st.util_slow * 100:.0f}% (a kernel resident) while SM activity is "
-              f"{st.sm_slow:.4f}: {ratio:.0f}x more time with kernels than with SMs working",
+              f"{sm:.4f}: {ratio:.0f}x more time with kernels than with SMs working",
               "many tiny kernels: the CPU launching them is the bottleneck, not the GPU",
               "remedies: CUDA Graphs (torch.cuda.graphs, torch.compile mode='reduce-overhead'), fusing small "
               "kernels (torch.compile, fused optimizers), larger batches"]
     if dram is not None:
         causes.append(f"DRAM activity {dram:.2f}: not memory-bound")
     summary = (f"{st.where()} is launch-bound: {st.util_slow * 100:.0f}% utilisation but SM activity "
-               f"{st.sm_slow:.4f}")
+               f"{sm:.4f}")
     return Finding("launch_bound", "info", GPU_UTIL, summary, causes, cfg.launch_hold_s)

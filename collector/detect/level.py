@@ -79,7 +79,9 @@ DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
 REPEAT_S = 300.0  # a reported fall recurs as the job's rhythm no sooner than this after it ended
 RECOVER_S = 10.0  # a fall ends when activity has been back this long
 ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
-RECENT_BLOCKS = 34  # block means kept for the anchor (a little more than ANCHOR_FROM)
+YOUNG_DEEP = 0.3  # a level not yet established is judged only for a fall this deep (with a host-side cause)
+MAX_BLOCKS = 34  # ... of which the highest is ``recent_max`` (a little more than ANCHOR_FROM)
+RECENT_BLOCKS = 96  # block means kept for the anchor (ANCHOR_FROM, and a reported fall of up to 5 minutes)
 
 
 def _median(values: list[float]) -> float:
@@ -105,10 +107,10 @@ class ActivityLevel:
 
     __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "calm",
                  "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum",
-                 "ep_excused", "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_runs", "ep_start", "ep_sum", "ep_up",
-                 "fast", "fast_ts", "fb_level", "jitter", "last", "level", "noise", "noises", "phase_ts",
-                 "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "since", "slow", "sorted",
-                 "spread", "steady", "tight", "zero_since")
+                 "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start",
+                 "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "incident", "jitter", "last", "level", "noise",
+                 "noises", "phase_ts", "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means",
+                 "since", "slow", "sorted", "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -118,6 +120,7 @@ class ActivityLevel:
         self.last = 0.0
         self.zero_since = -1.0  # since when no SM activity at all was read (-1: there is some)
         self.rebase_ts = since  # blocks that ended before this are not where a step is judged from
+        self.incident = (0.0, 0.0)  # the last reported fall (start, end): its blocks are no level to step from
         self.jitter = 0.0  # mean absolute change between successive samples
         self.cusum = 0.0
         self.cusum_since = 0.0
@@ -129,10 +132,10 @@ class ActivityLevel:
         self.b_n = 0
         self.b_fb = 0.0
         self.b_fb_n = 0
-        self.blocks: deque[tuple[float, float]] = deque(maxlen=WINDOW_BLOCKS)  # (mean SM, mean FB MiB)
+        self.blocks: deque[tuple[float, float, float]] = deque(maxlen=WINDOW_BLOCKS)  # (mean SM, mean FB MiB, end)
         self.sorted: list[float] = []  # the same means, sorted
         self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT_BLOCKS)  # (end ts, mean SM) of every block
-        self.recent_means: deque[float] = deque(maxlen=RECENT_BLOCKS)  # the same means alone
+        self.recent_means: deque[float] = deque(maxlen=MAX_BLOCKS)  # the latest of the same means alone
         self.recent_max = 0.0  # the highest of them
         self.noises: deque[float] = deque(maxlen=16)  # per-sample variation (relative) of recent plateau blocks
         self.noise = 0.0  # their median
@@ -160,6 +163,8 @@ class ActivityLevel:
         self.ep_dsum = 0.0
         self.ep_blocks: list[float] = []
         self.ep_up = -1.0  # since when activity is back above the fall's end ratio (-1: it is not)
+        self.ep_reported = False  # whether this fall was reported (an open anomaly of another fall is not its)
+        self.ep_lead = 0.0  # how long before it was seen below its ratio the fall left the plateau
         # seconds of the fall excused as known dips, and the current run of blocks like one of them
         self.ep_excused = 0.0
         self.ep_runs: dict[int, float] = {}
@@ -247,7 +252,7 @@ class ActivityLevel:
             if len(blocks) == WINDOW_BLOCKS:
                 old = blocks[0][0]
                 del self.sorted[bisect.bisect_left(self.sorted, old)]
-            blocks.append((mean, fb))
+            blocks.append((mean, fb, ts))
             bisect.insort(self.sorted, mean)
             self._derive()
 
@@ -264,6 +269,7 @@ class ActivityLevel:
         self.steady = None
         self.tight = self.calm = False
         self.phase_ts = ts
+        self.rebase_ts, self._anchor = ts, -1.0  # nor is a step judged from the old job's blocks
         self.end_episode()
 
     def _derive(self) -> None:
@@ -277,11 +283,11 @@ class ActivityLevel:
         self.plateau_blocks = k
         self.spread = (values[lo + (3 * k) // 4] - values[lo + k // 4]) / 1.349  # the plateau's IQR as a sigma
         blocks = self.blocks
-        for mean, fb in reversed(blocks):
+        for mean, fb, _ in reversed(blocks):
             if mean >= floor:
                 self.fb_level = fb
                 break
-        first = next(i for i, (m, _) in enumerate(blocks) if m >= floor)
+        first = next(i for i, (m, _, _) in enumerate(blocks) if m >= floor)
         # judged from the first time it reached the plateau: a start-up of minutes says nothing
         worked = (n - first) * BLOCK_S
         # a block mean of ~BLOCK_S samples varies by noise / sqrt(BLOCK_S) from sampling alone
@@ -302,10 +308,39 @@ class ActivityLevel:
             self.steady = tight
 
     def may_fall(self, drop_ratio: float, step_ratio: float) -> bool:
-        """Cheap: whether a fall could start now (below the level's or near the recent blocks' ratio)."""
+        """Cheap: whether a fall could start now (below the level's or near the recent blocks' ratio;
+        for a level not yet established, a deep fall from its highest recent block)."""
         fast = self.fast
-        return self.established and fast > 0.0 and (
-            fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max)
+        if fast <= 0.0:
+            return False
+        if not self.established:
+            return self.plateau_blocks > 0 and fast < YOUNG_DEEP * self.recent_max
+        return fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max
+
+    def left_plateau(self, ref: float, ts: float, within: float) -> float:
+        """When activity last left ``ref``'s plateau: the end of the latest block at or above
+        ``PLATEAU`` of it in the last ``within`` seconds (``ts - within`` if none was). A fall is
+        judged from there, not from when the evidence of its cause came in."""
+        floor = PLATEAU * ref
+        for end, mean in reversed(self.recent):
+            if ts - end > within:
+                break
+            if mean >= floor:
+                return end
+        return ts - within
+
+    def forget_since(self, since: float) -> None:
+        """Unlearn the blocks that ended after ``since``: the way down of a fall that turned out to
+        be an incident (a drift is learned for a minute before it is judged; the real H200 trace
+        i's job was no longer "calm" after one, and its next fall waited for the stricter rule)."""
+        blocks = self.blocks
+        dropped = False
+        while blocks and blocks[-1][2] > since:
+            mean = blocks.pop()[0]
+            del self.sorted[bisect.bisect_left(self.sorted, mean)]
+            dropped = True
+        if dropped and blocks:
+            self._derive()
 
     def step_anchor(self) -> float:
         """Where the workload sat before the last 20 s: the lower quartile of the block means of
@@ -327,7 +362,16 @@ class ActivityLevel:
 
     def _window(self) -> list[float]:
         ts, since = self._anchor_ts, self.rebase_ts
-        return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since and m >= IDLE]
+        a, b = self.incident
+        far = self._far(ts)
+        return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= far and end >= since and m >= IDLE
+                and not a < end <= b]
+
+    def _far(self, ts: float) -> float:
+        """How far back the step anchor looks: ``ANCHOR_FROM``, and as much again as a reported
+        fall within it took (its blocks are left out, so the work before it stands in)."""
+        a, b = self.incident
+        return ANCHOR_FROM + (b - a if ts - b <= ANCHOR_FROM else 0.0)
 
     def step_line(self) -> tuple[float, float]:
         """The least-squares line through the same blocks, read at its end, and how far they are
@@ -335,7 +379,10 @@ class ActivityLevel:
         between neighbouring blocks (a burst's edge). Where a load on a smooth wave was, if it
         was on one. ``(0, inf)`` with fewer than 6 blocks."""
         ts, since = self._anchor_ts, self.rebase_ts
-        pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= ANCHOR_FROM and end >= since]
+        a, b = self.incident
+        far = self._far(ts)
+        pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= far and end >= since
+               and not a < end <= b]
         if len(pts) < 6:
             return 0.0, math.inf
         end, iqr = _line(pts, -ANCHOR_TO)
@@ -379,8 +426,12 @@ class ActivityLevel:
         return low
 
     # ---- the fall being judged ----
-    def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool) -> None:
+    def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool, reported: bool = False,
+                      lead: float = 0.0) -> None:
+        """A fall from ``ref`` that began at ``ts``, first seen below its ratio ``lead`` seconds later."""
         self.ep_ref, self.ep_start, self.ep_mode, self.ep_abrupt = ref, ts, mode, abrupt
+        self.ep_reported = reported
+        self.ep_lead = lead
         self.ep_sum, self.ep_dsum, self.ep_n, self.ep_up = 0.0, 0.0, 0, -1.0
         self.ep_blocks = []
         self.ep_excused = 0.0
@@ -413,6 +464,11 @@ class ActivityLevel:
         ``reported`` as an anomaly (then it is the job's rhythm only once it recurs: ``_like``)."""
         if self.ep_up >= 0 and ts is not None:
             ts = self.ep_up  # it ended when activity came back
+        if reported and ts is not None:
+            # an incident's blocks are not where the workload sits: the next fall (the real H200 trace
+            # f's contention, 25 s after a reported stall) steps from the work between them
+            self.incident = (self.ep_start, ts + BLOCK_S)
+            self._anchor = -1.0
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
             self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty(), reported))

@@ -17,7 +17,7 @@ from collector.detect import Anomaly
 from collector.detect.evidence import Evidence
 from telemetry import keys as k
 from telemetry.records import GpuRecord
-from tests.detect.helpers import record, run
+from tests.detect.helpers import T0, record, run
 
 FALL_AT = 300
 Host = Callable[[float, bool], dict[str, float]]  # (t, fallen) -> host/server readings
@@ -156,3 +156,34 @@ def test_node_pressure_that_the_process_does_not_wait_on_is_not_its_cause() -> N
         return {**_single_thread(t, fallen), k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.7 if fallen else 0.05}
     drops = _drops(run(_job(others_wait)))
     assert len(drops) == 1 and "a single busy thread" in drops[0].causes[-1], drops[0].causes
+
+
+def _young_fall(host: Host, *, fall_at: int = 22, seconds: int = 120) -> list[GpuRecord]:
+    """A lone process that starts at 0 (0.25 SM activity, as the real H200 trace i's job) and
+    falls to 0.04 at ``fall_at``: its level has not held the 30 s that establish it."""
+    rng = random.Random(5)
+    out = []
+    for s in range(seconds):
+        fallen = s >= fall_at
+        sm = (0.04 if fallen else 0.25) * (1.0 + rng.gauss(0.0, 0.05))
+        rec = record(float(s), 0, sm=sm, pid=100, pod="pod-0", DEV_GPU_UTIL=120.0 * sm, PROF_PCIE_RX_BYTES=1e7 * sm)
+        out.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
+    return out
+
+
+def test_a_deep_fall_seconds_into_a_job_is_reported_when_the_host_names_its_cause() -> None:
+    """Trace i: a stall 20 s into a job. Its level is too young to count, but the job waits on its
+    input (or for a CPU) by the host's own readings: reported within 90 s of the fall."""
+    for host, cause in ((_input, "waiting on input"), (_contention, "host CPU contention")):
+        drops = _drops(run(_young_fall(host)))
+        assert len(drops) == 1, host
+        assert drops[0].start - (T0 + 22) <= 90 and drops[0].causes[-1].endswith(cause)
+
+
+def test_a_young_levels_fall_without_a_host_side_cause_or_on_a_server_is_not_judged() -> None:
+    """Without a cause the host names, a fall from a level held seconds is what a job's start-up
+    looks like (compile, warm-up, then its real work); an inference server after its warm-up
+    waits for traffic and sleeps, which is no fault either."""
+    assert _drops(run(_young_fall(_unchanged))) == []
+    serving = _serving(lambda t, fallen: 0.0, lambda t, fallen: 0.0)
+    assert _drops(run(_young_fall(lambda t, fallen: {**_input(t, fallen), **serving(t, fallen)}))) == []
