@@ -138,6 +138,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.08, "cpu_s": 0.07, "stall_steps": 1.6, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.6, "serve_period_s": 15.0, "launch_batch": 800, "drift_steps": 1.6, "drift_ramp_s": 60.0},
+    # "j": the ninth run, written after the fifth session's detector changes and recorded with them,
+    # scored at once: a checkpoint early, a bursty loader ("hiccup": 2 s of steps, 3 s waiting), the
+    # input work on one thread, an evaluation, then 3 burners per core and a leak; then a new process
+    # serving a demand wave (normal) and launch-bound for 75 s (2,500 tiny kernels per sync)
+    "j": {"train": (("train", 20.0), ("checkpoint", 8.0), ("train", 20.0), ("hiccup", 65.0), ("train", 20.0),
+                    ("onethread", 65.0), ("train", 20.0), ("eval", 10.0), ("train", 20.0), ("contention", 65.0),
+                    ("train", 20.0), ("leak", 40.0)),
+          "tools": (("serve", 35.0), ("launch", 75.0)),
+          "gpu_s": 0.07, "cpu_s": 0.06, "stall_steps": 1.5, "burners_per_core": 3, "leak_every_s": 2.0,
+          "leak_gib": 0.8, "serve_period_s": 12.0, "launch_batch": 2500, "hiccup_run_s": 2.0, "hiccup_wait_s": 3.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
