@@ -175,7 +175,7 @@ class Sender:
         if size > self._max_message:
             raise ValueError(f"message of {size} bytes exceeds {self._max_message} bytes (max_request_bytes, "
                              "or half the spool's bound)")
-        wake = self._memory.put(msg, self._clock())
+        wake = self._memory.put(msg, self._clock(), size)
         if wake is None:
             self._submit_late(msg)
         elif wake and self._loop is not None:

@@ -41,20 +41,23 @@ class Memory:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def put(self, msg: Message, now: float) -> bool | None:
-        """Queue ``msg`` (submitted at ``now``): whether to wake the loop; None once finished (spool it directly).
+    def put(self, msg: Message, now: float, size: int | None = None) -> bool | None:
+        """Queue ``msg`` (submitted at ``now``; ``size``: its ``msg.size`` if the caller has it): whether to wake
+        the loop; None once finished (spool it directly).
 
         The loop is woken when memory went over a bound (it spools) or when it waits idle.
         Only when spool writes fail (disk trouble) can memory grow to :data:`OVERFLOW` times
         its bounds; then its oldest are dropped and counted.
         """
+        if size is None:
+            size = msg.size
         with self.lock:
             if self.finished:
                 return None
             if not self._queue:
                 self.oldest = now
             self._queue.append(msg)
-            self.bytes += msg.size
+            self.bytes += size
             over = len(self._queue) > self.max_messages or self.bytes > self.max_bytes
             wake = (over or self.idle_waiting) and not self.wake_pending
             if wake:
