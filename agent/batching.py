@@ -1,17 +1,29 @@
-"""The sender's pure parts: what a batch on its way is, when memory goes to the spool, which partition.
+"""The sender's pure parts: what a batch on its way is, when memory goes to the spool, which partition,
+what a round's results mean (delivered, rejected, to be spooled) and how far the spool can be committed.
 
-No I/O, no clock of its own and no lock: :class:`~agent.sender.Sender` (the loop) holds the
+No I/O, no clock of its own and no lock: the sender's loop (:mod:`agent.sender_loop`) holds the
 state and passes the time in, so these decisions are tested on plain numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 from aiokafka.partitioner import murmur2
 
 from telemetry.wire import Message
+
+# Errors that name the message, not the connection: resending cannot help, so it is dropped.
+REJECTED = (MessageSizeTooLargeError, RecordTooLargeError, RecordListTooLargeError, CorruptRecordException,
+            InvalidTimestampError)
 
 
 @dataclass(slots=True)
@@ -27,6 +39,14 @@ class Round:
         if self.seqs is None:
             return 0
         return next((i for i, s in enumerate(self.seqs) if s is None), len(self.seqs))
+
+    def spooled(self, start: int, first: int, written: int) -> None:
+        """Messages from index ``start`` on were appended to the spool as ``first``, ``first + 1``...:
+        ``written`` went in (the disk may have taken fewer, or more: memory was appended behind them)."""
+        seqs: list[int | None] = self.seqs if self.seqs is not None else [None] * len(self.msgs)
+        for j in range(min(written, len(self.msgs) - start)):
+            seqs[start + j] = first + j
+        self.seqs = seqs
 
 
 def memory_wants_spool(messages: int, nbytes: int, oldest_age_s: float, max_messages: int, max_bytes: int,
@@ -55,3 +75,44 @@ class PartitionOf:
                 self._hashes.clear()
             h = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
         return partitions[h % len(partitions)]
+
+
+@dataclass(slots=True)
+class Settlement:
+    """What a round's results mean: counted, committed, spooled again or dropped."""
+
+    delivered: int = 0  # acknowledged
+    rejected: list[tuple[Message, BaseException]] = field(default_factory=list)  # refused for themselves: dropped
+    done_seqs: list[int] = field(default_factory=list)  # spool seqs delivered or rejected: committable
+    failed: list[Message] = field(default_factory=list)  # not acknowledged and not in the spool: spool them
+    not_acked: int = 0  # not acknowledged, in the spool or not
+    first_error: BaseException | None = None
+
+
+def settle(batch: Round, results: Sequence[BaseException | None]) -> Settlement:
+    """Sort a round's per-message results (None: acknowledged) into a :class:`Settlement`."""
+    out = Settlement()
+    seqs = batch.seqs
+    for i, (msg, error) in enumerate(zip(batch.msgs, results, strict=True)):
+        seq = None if seqs is None else seqs[i]
+        if error is None or isinstance(error, REJECTED):
+            if error is not None:
+                out.rejected.append((msg, error))
+            else:
+                out.delivered += 1
+            if seq is not None:
+                out.done_seqs.append(seq)
+        else:
+            out.first_error = out.first_error or error
+            out.not_acked += 1
+            if seq is None:
+                out.failed.append(msg)
+    return out
+
+
+def commit_end(head: int, delivered: Collection[int]) -> int:
+    """The spool's sequence number up to which (exclusive) everything from ``head`` on is delivered."""
+    end = head
+    while end in delivered:
+        end += 1
+    return end
