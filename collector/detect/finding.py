@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from collector.detect.anomaly import AnomalyKind, Severity
-from telemetry.keys import DRAM_ACTIVE, MEMORY_TEMP, POWER_USAGE
+from telemetry.keys import DRAM_ACTIVE, INFERENCE_QUEUE_SECONDS, INFERENCE_TTFT_SECONDS, MEMORY_TEMP, POWER_USAGE
 
 
 @dataclass(slots=True)
@@ -40,6 +40,10 @@ DEFAULT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(POWER_USAGE, 0.0, 1000.0, min_change=50.0),
     MetricSpec(MEMORY_TEMP, 0.0, 110.0, min_change=5.0),
     MetricSpec(DRAM_ACTIVE, 0.0, 1.0, min_change=0.1),
+    # an inference server's own latencies (issue 14's scrape): a serving workload moves with its
+    # traffic, so all its samples count, and only a second beyond the worst it has shown is news
+    MetricSpec(INFERENCE_TTFT_SECONDS, 0.0, 10.0, at_plateau=False, min_change=1.0),
+    MetricSpec(INFERENCE_QUEUE_SECONDS, 0.0, 10.0, at_plateau=False, min_change=0.5),
 )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from collector.alerting.rules import parse_rules
 from collector.alerting.service import DetectionService
 from collector.detect import DetectionEngine, DetectorConfig
 from collector.detect.finding import DEFAULT_METRICS, MetricSpec
+from telemetry.keys import INFERENCE_QUEUE_SECONDS, INFERENCE_TTFT_SECONDS
 from tests.detect.helpers import T0, record, trace
 
 
@@ -27,6 +29,23 @@ def test_a_hotter_hbm_at_the_same_load_is_reported_and_checkpoints_are_not() -> 
     assert "C; this workload's so far at its working level 74." in a.causes[0]
 
 
+def test_an_inference_servers_time_to_first_token_far_beyond_its_worst_is_reported() -> None:
+    """Issue 17 item 4: the general-purpose detector watches the inference latencies the agent now
+    scrapes (issue 14). A serving replica whose demand moves has TTFT moving with it; once it is a
+    few seconds beyond anything it showed, with no other finding open, it is news (info)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        load = 0.5 + 0.3 * math.sin(2 * math.pi * t / 1200.0)
+        ttft = 0.1 + 0.4 * load + 0.02 * math.sin(3.1 * t)
+        if g == 1 and t >= 3000:
+            ttft = 3.5  # a KV cache thrashing, a tokenizer stuck: the first token waits seconds
+        rec = record(t, g, sm=load, pid=100 + g, pod=f"serve-{g}", service="chat", DEV_GPU_UTIL=100 * load)
+        return replace(rec, metrics={**rec.metrics, INFERENCE_TTFT_SECONDS: ttft, INFERENCE_QUEUE_SECONDS: 0.01})
+    engine = DetectionEngine()
+    found = [ch.anomaly for rec in trace(3600, 2, make) for ch in engine.feed(rec) if ch.action == "open"]
+    assert [(a.kind, a.gpu, a.metric) for a in found] == [("metric_anomaly", "GPU-n0-1", INFERENCE_TTFT_SECONDS)]
+    assert 3000 < found[0].start - T0 <= 3000 + 180 and "3.5 s" in found[0].summary
+
+
 def test_metrics_settings_in_the_rules_file() -> None:
     text = """detectors:
   metrics:
@@ -38,7 +57,8 @@ def test_metrics_settings_in_the_rules_file() -> None:
     assert rs.errors == []
     assert rs.metrics is not None
     by = {m.metric: m for m in rs.metrics}
-    assert set(by) == {"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_ENC_UTIL"}
+    assert set(by) == {"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_ENC_UTIL",
+                       INFERENCE_TTFT_SECONDS, INFERENCE_QUEUE_SECONDS}
     default = next(m for m in DEFAULT_METRICS if m.metric == "DCGM_FI_DEV_MEMORY_TEMP")
     assert by["DCGM_FI_DEV_MEMORY_TEMP"] == replace(default, min_change=3.0, threshold=0.8, every_s=120.0)
     assert by["DCGM_FI_DEV_ENC_UTIL"] == MetricSpec("DCGM_FI_DEV_ENC_UTIL", 0.0, 100.0, at_plateau=False,
