@@ -17,6 +17,9 @@ from collector.detect.state import GpuState
 from telemetry.keys import ECC_DBE_VOL_TOTAL, ECC_SBE_VOL_TOTAL, PCIE_REPLAY_COUNTER, XID_ERRORS
 from telemetry.xid import describe
 
+SBE_EVERY = 5.0  # seconds between kept single-bit totals
+REPLAY_EVERY = 1.0  # ... and PCIe replay counts
+
 
 def xid_finding(st: GpuState, code: int, cfg: DetectorConfig) -> Finding:
     info = describe(code)
@@ -67,7 +70,7 @@ def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
     if value is None:
         return None
     hist = st.sbe_hist
-    if hist and ts - hist[-1][0] < 5.0:
+    if hist and ts - hist[-1][0] < SBE_EVERY:
         return st.sbe_finding  # judged again only when a new sample is kept
     if hist and st.sbe_finding is None and value == hist[0][1] and value == hist[-1][1]:
         return None  # no new errors ever: nothing to keep (the first sample stands for all of them)
@@ -94,7 +97,7 @@ def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfi
     if value is None:
         return None
     hist = st.replay_hist
-    if not hist or ts - hist[-1][0] >= 1.0:
+    if not hist or ts - hist[-1][0] >= REPLAY_EVERY:
         hist.append((ts, value))
     if value == hist[0][1]:
         return None  # no replays in the whole history: the common case, and cheap
