@@ -232,11 +232,8 @@ class DetectionEngine:
                     found.append(f)
         value = m.get(ECC_SBE_VOL_TOTAL)
         if value is not None:
-            sbe = st.sbe_hist
-            if sbe and ts - sbe[-1][0] < errors.SBE_EVERY:
-                f = st.sbe_finding  # errors.ecc_sbe: judged again only when a new sample is kept
-            else:
-                f = errors.ecc_sbe(st, value, ts, cfg)
+            sbe = st.sbe_hist  # errors.ecc_sbe: judged again only when a new sample is kept
+            f = st.sbe_finding if sbe and ts - sbe[-1][0] < errors.SBE_EVERY else errors.ecc_sbe(st, value, ts, cfg)
             if f is not None:
                 found.append(f)
         value = m.get(PCIE_REPLAY_COUNTER)

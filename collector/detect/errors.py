@@ -10,7 +10,9 @@ the same XIDs in live operation and goes through :func:`xid_finding` too.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
+from operator import itemgetter
 
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import GpuState
@@ -19,6 +21,7 @@ from telemetry.xid import describe
 
 SBE_EVERY = 5.0  # seconds between kept single-bit totals
 REPLAY_EVERY = 1.0  # ... and PCIe replay counts
+_TS = itemgetter(0)
 
 
 def xid_finding(st: GpuState, code: int, cfg: DetectorConfig) -> Finding:
@@ -58,12 +61,10 @@ def ecc_dbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
 
 
 def _value_at(hist: deque[tuple[float, float]], ts: float) -> tuple[float, float] | None:
-    """The newest (ts, value) at or before ``ts``."""
-    best = None
-    for item in reversed(hist):
-        if item[0] <= ts:
-            return item
-    return best
+    """The newest (ts, value) at or before ``ts``: found by bisection, the history being kept in
+    time order (a window's start is minutes back, a scan from the newest end read most of it)."""
+    i = bisect.bisect_right(hist, ts, key=_TS)
+    return hist[i - 1] if i else None
 
 
 def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:

@@ -28,20 +28,6 @@ _STR_OR_NONE = frozenset({str, type(None)})
 _NUM_OR_NONE = frozenset({int, float, type(None)})
 
 
-def _fast_process(p: object) -> ProcessRecord | None:
-    if p.__class__ is not dict:
-        return None
-    assert isinstance(p, dict)
-    # the fields in ProcessRecord's order, looked up by C (map), checked by their classes (no bool, no NaN)
-    pid, name, used, sm, mem, namespace, pod, container, service = map(p.get, _PROC_KEYS)
-    if pid.__class__ is not int or name.__class__ not in _STR_OR_NONE or used.__class__ not in _NUM_OR_NONE \
-            or sm.__class__ not in _NUM_OR_NONE or mem.__class__ not in _NUM_OR_NONE \
-            or namespace.__class__ not in _STR_OR_NONE or pod.__class__ not in _STR_OR_NONE \
-            or container.__class__ not in _STR_OR_NONE or service.__class__ not in _STR_OR_NONE:
-        return None
-    return ProcessRecord(pid, name, used, sm, mem, namespace, pod, container, service)
-
-
 def _fast(line: str) -> GpuRecord | None:
     """The common, well-formed line without the general parser's per-field checks (decoded by
     orjson: half of a replay's time was the standard library's JSON decoder); None if anything
@@ -71,10 +57,17 @@ def _fast(line: str) -> GpuRecord | None:
         if procs.__class__ is not list:
             return None
         for p in procs:
-            proc = _fast_process(p)
-            if proc is None:
+            if p.__class__ is not dict:
                 return None
-            processes.append(proc)
+            # ProcessRecord's fields in its order, checked by their classes (no bool, no NaN)
+            pid, name, used, sm, mem, namespace, pod, container, service = map(p.get, _PROC_KEYS)
+            if pid.__class__ is not int or name.__class__ not in _STR_OR_NONE \
+                    or used.__class__ not in _NUM_OR_NONE or sm.__class__ not in _NUM_OR_NONE \
+                    or mem.__class__ not in _NUM_OR_NONE or namespace.__class__ not in _STR_OR_NONE \
+                    or pod.__class__ not in _STR_OR_NONE or container.__class__ not in _STR_OR_NONE \
+                    or service.__class__ not in _STR_OR_NONE:
+                return None
+            processes.append(ProcessRecord(pid, name, used, sm, mem, namespace, pod, container, service))
     return GpuRecord(float(ts), node, gpu, metrics, index, model, processes, pci, driver, mig, parent)
 
 
