@@ -33,7 +33,7 @@ from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKey, AnomalyKin
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
 from collector.detect.state import GpuState
-from telemetry.clocks import ClockEventReason
+from telemetry.clocks import POWER, THERMAL, ClockEventReason
 from telemetry.keys import (
     CLOCKS_EVENT_REASONS,
     DRAM_ACTIVE,
@@ -60,6 +60,7 @@ PERF_KINDS: frozenset[AnomalyKind] = frozenset({"thermal_throttle", "power_throt
                                                 "idle_allocated", "launch_bound"})
 FREEZE_KINDS: frozenset[AnomalyKind] = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
 _SW_POWER_CAP = int(ClockEventReason.SW_POWER_CAP)  # a plain int: tested on every record
+_POWER_OR_BRAKE = POWER | int(ClockEventReason.HW_POWER_BRAKE)  # the bits without which throttle.power finds nothing
 EVENT_KINDS: frozenset[AnomalyKind] = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
 _PEER_S = 30.0
@@ -123,7 +124,9 @@ class DetectionEngine:
         st.last_ts = ts
         if record.gpu_index is not None:
             st.gpu_index = record.gpu_index
-        self._identity(st, record, ts)
+        procs = record.processes
+        if not (len(procs) == 1 and len(st.pids) == 1 and procs[0].pid in st.pids):
+            self._identity(st, record, ts)  # (the common case, one process as before, without the call)
         m = record.metrics
         sm = m.get(SM_ACTIVE)
         util = m.get(GPU_UTIL)
@@ -205,16 +208,43 @@ class DetectionEngine:
         return [p for p in members.values() if p is not st and -_PEER_S < ts - p.last_ts < _PEER_S and p.pids]
 
     def _judge(self, st: GpuState, ts: float, m: dict[str, float]) -> list[Change]:
+        """Every detector on one record. Why the guards before the calls: a replay judges tens of
+        thousands of records a second, and on nearly all of them a detector's own first test
+        (no new counter value, no throttle reason, not idle, not yet time to learn) says it
+        cannot fire; each guard is that test, so the call and its arguments are skipped only
+        where the detector would have returned None and changed nothing (or, for the ECC
+        double-bit total and the power limit, only what the guard itself records)."""
         cfg = self.cfg
         found: list[Finding] = []
-        for f in (
-            errors.xid(st, m.get(XID_ERRORS), ts, cfg),
-            errors.ecc_dbe(st, m.get(ECC_DBE_VOL_TOTAL), ts, cfg),
-            errors.ecc_sbe(st, m.get(ECC_SBE_VOL_TOTAL), ts, cfg),
-            errors.pcie_replay(st, m.get(PCIE_REPLAY_COUNTER), ts, cfg),
-        ):
+        f: Finding | None
+        value = m.get(XID_ERRORS)
+        if value is not None and int(value) != st.xid:  # errors.xid: the last XID changed
+            f = errors.xid(st, value, ts, cfg)
             if f is not None:
                 found.append(f)
+        value = m.get(ECC_DBE_VOL_TOTAL)
+        if value is not None:
+            if value == st.dbe and ts - st.dbe_jump_ts > 0.0:
+                st.dbe = value  # errors.ecc_dbe: no jump now, none at this very time
+            else:
+                f = errors.ecc_dbe(st, value, ts, cfg)
+                if f is not None:
+                    found.append(f)
+        value = m.get(ECC_SBE_VOL_TOTAL)
+        if value is not None:
+            sbe = st.sbe_hist  # errors.ecc_sbe: judged again only when a new sample is kept
+            f = st.sbe_finding if sbe and ts - sbe[-1][0] < errors.SBE_EVERY else errors.ecc_sbe(st, value, ts, cfg)
+            if f is not None:
+                found.append(f)
+        value = m.get(PCIE_REPLAY_COUNTER)
+        if value is not None:
+            replays = st.replay_hist
+            if not replays or ts - replays[-1][0] >= errors.REPLAY_EVERY:
+                replays.append((ts, value))  # errors.pcie_replay's history (kept there too: then a no-op)
+            if value != replays[0][1]:  # (else: no replays in the whole history)
+                f = errors.pcie_replay(st, value, ts, cfg)
+                if f is not None:
+                    found.append(f)
         fb = st.fb
         if not fb or ts - fb[-1][0] >= memory.EVERY:  # the leak detector refits every few seconds only
             used = m.get(FB_USED)
@@ -228,7 +258,15 @@ class DetectionEngine:
                 FREEZE_KINDS.isdisjoint(st.open) and FREEZE_KINDS.isdisjoint(st.pending)))
             lv.update(ts, st.sm, m.get(FB_USED), learn=not frozen)
             st.sm_rel = lv.fast / lv.level if lv.established else 1.0
-        perf = throttle.thermal(st, cfg) or throttle.power(st, cfg, m.get(POWER_USAGE), m.get(POWER_MGMT_LIMIT))
+        reasons, temp = st.reasons, st.temp
+        perf = throttle.thermal(st, cfg) if reasons & THERMAL or (temp is not None and temp >= throttle.HOT_C) \
+            else None
+        if perf is None:
+            limit_w = m.get(POWER_MGMT_LIMIT)
+            if reasons & _POWER_OR_BRAKE:
+                perf = throttle.power(st, cfg, m.get(POWER_USAGE), limit_w)
+            elif limit_w is not None and limit_w > st.limit_max:
+                st.limit_max = limit_w  # what throttle.power records before it finds no reason bit
         pod_peers = self._peers(self.pods, st.pod_key, st, ts) if st.pod_key is not None else []
         if perf is None:
             perf = activity.straggler(st, ts, cfg, pod_peers)
@@ -240,10 +278,12 @@ class DetectionEngine:
                                            self.service_changed.get(svc_key, -1e18) if svc_key else -1e18)
         else:
             lv.end_episode()  # a more specific explanation holds
-        if perf is None and st.util_slow >= 0:
+        if perf is None and st.util_slow >= 0 and st.util_slow >= cfg.launch_util:
             perf = launch.launch_bound(st, cfg, m.get(DRAM_ACTIVE))
         if perf is None:
-            perf = activity.idle_allocated(st, cfg)
+            sm = st.sm
+            if sm is not None and sm < cfg.idle_sm:  # activity.idle_allocated: an idle GPU only
+                perf = activity.idle_allocated(st, cfg)
         elif perf.kind in ("thermal_throttle", "power_throttle"):
             self._add_activity_cause(st, perf)
         if perf is not None:
@@ -253,7 +293,10 @@ class DetectionEngine:
             unusual = general.observe(st, ts, m, cfg.metrics)
             if unusual is not None:
                 found.append(unusual)
-        self._learn(st, ts, perf, m.get(POWER_USAGE), m.get(POWER_MGMT_LIMIT))
+        if ts - st.slow_ts >= _SLOW_EVERY:
+            self._learn(st, ts, perf, m.get(POWER_USAGE), m.get(POWER_MGMT_LIMIT))
+        if not found and not st.pending and not st.open:
+            return []  # the common case, without the call
         return self._apply(st, ts, found, complete=True)
 
     @staticmethod

@@ -10,12 +10,18 @@ the same XIDs in live operation and goes through :func:`xid_finding` too.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
+from operator import itemgetter
 
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import GpuState
 from telemetry.keys import ECC_DBE_VOL_TOTAL, ECC_SBE_VOL_TOTAL, PCIE_REPLAY_COUNTER, XID_ERRORS
 from telemetry.xid import describe
+
+SBE_EVERY = 5.0  # seconds between kept single-bit totals
+REPLAY_EVERY = 1.0  # ... and PCIe replay counts
+_TS = itemgetter(0)
 
 
 def xid_finding(st: GpuState, code: int, cfg: DetectorConfig) -> Finding:
@@ -55,19 +61,17 @@ def ecc_dbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
 
 
 def _value_at(hist: deque[tuple[float, float]], ts: float) -> tuple[float, float] | None:
-    """The newest (ts, value) at or before ``ts``."""
-    best = None
-    for item in reversed(hist):
-        if item[0] <= ts:
-            return item
-    return best
+    """The newest (ts, value) at or before ``ts``: found by bisection, the history being kept in
+    time order (a window's start is minutes back, a scan from the newest end read most of it)."""
+    i = bisect.bisect_right(hist, ts, key=_TS)
+    return hist[i - 1] if i else None
 
 
 def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
     if value is None:
         return None
     hist = st.sbe_hist
-    if hist and ts - hist[-1][0] < 5.0:
+    if hist and ts - hist[-1][0] < SBE_EVERY:
         return st.sbe_finding  # judged again only when a new sample is kept
     if hist and st.sbe_finding is None and value == hist[0][1] and value == hist[-1][1]:
         return None  # no new errors ever: nothing to keep (the first sample stands for all of them)
@@ -94,7 +98,7 @@ def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfi
     if value is None:
         return None
     hist = st.replay_hist
-    if not hist or ts - hist[-1][0] >= 1.0:
+    if not hist or ts - hist[-1][0] >= REPLAY_EVERY:
         hist.append((ts, value))
     if value == hist[0][1]:
         return None  # no replays in the whole history: the common case, and cheap

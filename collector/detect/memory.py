@@ -46,8 +46,16 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def _window(st: GpuState, ts: float, span: float) -> list[tuple[float, float]]:
+    """The kept samples since ``span`` ago (and since the start-up), oldest first: read from the
+    newest end, since the history is in time order and a short window is a few of its 240."""
     start = max(ts - span, st.pids_since + STARTUP_S)
-    return [p for p in st.fb if p[0] >= start]
+    points = []
+    for p in reversed(st.fb):
+        if p[0] < start:
+            break
+        points.append(p)
+    points.reverse()
+    return points
 
 
 def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: DetectorConfig) -> Finding | None:

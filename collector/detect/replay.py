@@ -20,71 +20,55 @@ from collector.detect.engine import AnomalyLog, DetectionEngine
 from collector.detect.finding import DetectorConfig
 from telemetry.records import BadLine, GpuRecord, ProcessRecord, RecordError, parse_line
 
-_OPTIONAL = ("model", "pci_bus_id", "driver_version", "mig_profile", "parent_gpu")
-_PROC_STR = ("name", "namespace", "pod", "container", "service")
-_PROC_NUM = ("used_memory_mib", "sm_util", "mem_util")
+_KEYS = ("ts", "node", "gpu", "metrics", "gpu_index", "processes", "model", "pci_bus_id", "driver_version",
+         "mig_profile", "parent_gpu")
+_PROC_KEYS = ("pid", "name", "used_memory_mib", "sm_util", "mem_util", "namespace", "pod", "container", "service")
 _NUMERIC = frozenset({int, float})
-
-
-def _fast_process(p: object) -> ProcessRecord | None:
-    if p.__class__ is not dict:
-        return None
-    assert isinstance(p, dict)
-    pid = p.get("pid")
-    if pid.__class__ is not int:
-        return None
-    for key in _PROC_STR:
-        v = p.get(key)
-        if v is not None and v.__class__ is not str:
-            return None
-    for key in _PROC_NUM:
-        v = p.get(key)
-        if v is not None and v.__class__ is not int and v.__class__ is not float:
-            return None
-    g = p.get
-    return ProcessRecord(pid, g("name"), g("used_memory_mib"), g("sm_util"), g("mem_util"), g("namespace"),
-                         g("pod"), g("container"), g("service"))
+_STR_OR_NONE = frozenset({str, type(None)})
+_NUM_OR_NONE = frozenset({int, float, type(None)})
 
 
 def _fast(line: str) -> GpuRecord | None:
     """The common, well-formed line without the general parser's per-field checks (decoded by
     orjson: half of a replay's time was the standard library's JSON decoder); None if anything
     is unusual, and the caller then asks :func:`telemetry.records.parse_line`, so the
-    result (and every error message) is exactly the contract's."""
+    result (and every error message) is exactly the contract's. The fields are looked up in
+    one pass (``map``) and checked by their classes, without a call per process."""
     try:
         obj = orjson.loads(line)  # strict RFC 8259 (no NaN, no trailing text): anything else is the parser's
     except orjson.JSONDecodeError:
         return None
     if obj.__class__ is not dict:
         return None
-    ts, node, gpu, metrics = obj.get("ts"), obj.get("node"), obj.get("gpu"), obj.get("metrics")
+    ts, node, gpu, metrics, index, procs, model, pci, driver, mig, parent = map(obj.get, _KEYS)
     if (ts.__class__ is not float and ts.__class__ is not int) or node.__class__ is not str or not node \
             or gpu.__class__ is not str or not gpu or metrics.__class__ is not dict or not math.isfinite(ts):
         return None
     if not _NUMERIC.issuperset(map(type, metrics.values())):
         return None  # a non-numeric (or null, or boolean) metric: the contract's parser decides
-    index = obj.get("gpu_index")
     if index is not None and index.__class__ is not int:
         return None
-    procs = obj.get("processes") or []
-    if procs.__class__ is not list:
+    if model.__class__ not in _STR_OR_NONE or pci.__class__ not in _STR_OR_NONE \
+            or driver.__class__ not in _STR_OR_NONE or mig.__class__ not in _STR_OR_NONE \
+            or parent.__class__ not in _STR_OR_NONE:
         return None
     processes = []
-    for p in procs:
-        proc = _fast_process(p)
-        if proc is None:
+    if procs:
+        if procs.__class__ is not list:
             return None
-        processes.append(proc)
-    optional = {}
-    for name in _OPTIONAL:
-        value = obj.get(name)
-        if value is not None:
-            if value.__class__ is not str:
+        for p in procs:
+            if p.__class__ is not dict:
                 return None
-            optional[name] = value
-    if optional:
-        return GpuRecord(float(ts), node, gpu, metrics, index, processes=processes, **optional)
-    return GpuRecord(float(ts), node, gpu, metrics, index, processes=processes)
+            # ProcessRecord's fields in its order, checked by their classes (no bool, no NaN)
+            pid, name, used, sm, mem, namespace, pod, container, service = map(p.get, _PROC_KEYS)
+            if pid.__class__ is not int or name.__class__ not in _STR_OR_NONE \
+                    or used.__class__ not in _NUM_OR_NONE or sm.__class__ not in _NUM_OR_NONE \
+                    or mem.__class__ not in _NUM_OR_NONE or namespace.__class__ not in _STR_OR_NONE \
+                    or pod.__class__ not in _STR_OR_NONE or container.__class__ not in _STR_OR_NONE \
+                    or service.__class__ not in _STR_OR_NONE:
+                return None
+            processes.append(ProcessRecord(pid, name, used, sm, mem, namespace, pod, container, service))
+    return GpuRecord(float(ts), node, gpu, metrics, index, model, processes, pci, driver, mig, parent)
 
 
 def read_trace(path: str | Path) -> Iterator[GpuRecord | BadLine]:

@@ -26,6 +26,7 @@ from telemetry.keys import GPU_TEMP, SM_CLOCK
 _HW_THERMAL = int(ClockEventReason.HW_THERMAL)
 _HW_SLOWDOWN = int(ClockEventReason.HW_SLOWDOWN)
 _BRAKE = int(ClockEventReason.HW_POWER_BRAKE)
+HOT_C = 87.0  # at or above this temperature a clock well below its baseline is thermal (no reason bit needed)
 AT_LIMIT = 0.9  # power within 10% of the highest limit this GPU had: at its cap, not held below it
 
 
@@ -38,7 +39,7 @@ def _clock_cause(st: GpuState) -> str | None:
 
 def thermal(st: GpuState, cfg: DetectorConfig) -> Finding | None:
     hot_fallback = (
-        st.temp is not None and st.temp >= 87.0 and st.clock is not None and st.clock_base.count >= 30
+        st.temp is not None and st.temp >= HOT_C and st.clock is not None and st.clock_base.count >= 30
         and st.clock < cfg.clock_drop_ratio * st.clock_base.level
     )
     if not (st.reasons & THERMAL) and not hot_fallback:

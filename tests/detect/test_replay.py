@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.detect.replay import _fast, iter_trace
+from collector.detect.replay import _fast, iter_trace, read_trace
 from gpuwatch.cli import main
-from telemetry.records import BadLine, RecordError, parse_line
+from telemetry.records import BadLine, RecordError, parse_line, read_jsonl
 from tests.detect.helpers import record, trace
 
 
@@ -91,3 +91,20 @@ def test_fast_parser_agrees_with_the_contract(line: str) -> None:
         assert items[0] == BadLine("f", 1, expect[1])
     else:
         assert items[0] == expect
+
+
+_good = json.dumps({"ts": 1.0, "node": "n0", "gpu": "g0", "metrics": {"A": 1}})
+_pieces = st.sampled_from([_good, '{"ts": 2, "node": "n", "gpu": "g", "metrics": {}}', "{not json", '{"a":', "",
+                           "  ", "\r", "\n", "\r\n", "\xff", "é"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_pieces, max_size=12), st.sampled_from(["\n", "\r\n", "\r"]), st.booleans())
+def test_read_trace_gives_what_the_contract_reader_gives(tmp_path_factory: pytest.TempPathFactory,
+                                                         pieces: list[str], newline: str, last_newline: bool) -> None:
+    """Any newlines, blank, bad and not-UTF-8 lines, a last line without a newline: the same
+    records, bad lines and line numbers as the contract's reader."""
+    path = tmp_path_factory.mktemp("trace") / "t.jsonl"
+    text = newline.join(pieces) + (newline if last_newline else "")
+    path.write_bytes(text.encode("utf-8", errors="surrogateescape").replace("\xff".encode(), b"\xff"))
+    assert list(read_trace(path)) == list(read_jsonl(path))
