@@ -65,7 +65,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", help="write the result here")
     p.add_argument("--baseline", metavar="REV", help="also time the same trace on this commit (ratio in the result)")
+    p.add_argument("--baseline-dir", metavar="DIR",
+                   help="the same with that commit's tree already unpacked here (a machine with no git history: "
+                        "git archive REV | tar -x -C DIR beforehand)")
     args = p.parse_args()
+    if args.baseline and args.baseline_dir:
+        p.error("--baseline and --baseline-dir: one of them")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     path = args.trace
@@ -78,8 +83,8 @@ def main() -> int:
         tmp.close()
         path = tmp.name
     size = os.path.getsize(path)
-    base_dir = tempfile.mkdtemp(prefix="gpuwatch-baseline-") if args.baseline else None
-    if base_dir is not None:
+    base_dir = tempfile.mkdtemp(prefix="gpuwatch-baseline-") if args.baseline else args.baseline_dir
+    if args.baseline:
         root = Path(__file__).resolve().parent.parent
         archive = subprocess.run(["git", "-C", str(root), "archive", args.baseline], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", base_dir], input=archive.stdout, check=True)
@@ -99,14 +104,15 @@ def main() -> int:
     finally:
         if tmp is not None:
             os.unlink(tmp.name)
-        if base_dir is not None:
+        if args.baseline and base_dir is not None:
             shutil.rmtree(base_dir, ignore_errors=True)
     out = {"records": records, "bytes": size, "anomalies": anomalies, "best_s": round(best, 3),
            "records_per_s": round(records / best), "cpu_s": round(best_cpu, 3),
            "records_per_cpu_s": round(records / best_cpu), "load_avg_1m": os.getloadavg()[0],
            "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     if base_dir is not None:
-        out.update({"baseline": args.baseline, "baseline_records_per_s": round(records / base_best),
+        out.update({"baseline": args.baseline or args.baseline_dir,
+                    "baseline_records_per_s": round(records / base_best),
                     "baseline_records_per_cpu_s": round(records / base_cpu), "baseline_anomalies": base_anomalies,
                     "ratio_wall": round(base_best / best, 3), "ratio_cpu": round(base_cpu / best_cpu, 3)})
     print(json.dumps(out))
