@@ -53,7 +53,8 @@ print(json.dumps({"s": time.perf_counter() - began, "cpu_s": time.process_time()
 def _time_baseline(base_dir: str, trace: str) -> dict[str, float]:
     """One replay of ``trace`` by the code in ``base_dir``, in a subprocess on the same CPU."""
     done = subprocess.run([sys.executable, "-c", _BASELINE, base_dir, trace], capture_output=True, text=True,
-                          check=True, env={**os.environ, "PYTHONPATH": base_dir})
+                          check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [base_dir, *filter(None, [os.environ.get("PYTHONPATH")])])})
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
