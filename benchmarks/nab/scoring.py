@@ -132,14 +132,16 @@ class Result:
         return 100.0 * (self.raw - self.null) / (self.perfect - self.null)
 
 
-def sweep(points: Sequence[Point], windows: int, profile: Profile) -> Result:
-    """The best corpus-wide threshold for ``profile`` (NAB's optimiser, done exactly by one sort)."""
+def curve(points: Sequence[Point], windows: int, profile: Profile) -> tuple[list[float], list[Result]]:
+    """The profile's result at every distinct score used as the threshold, highest threshold first
+    (NAB's optimiser's search space, walked exactly by one sort): the thresholds and their results."""
     order = sorted(points, key=lambda p: -p.score)
     best_in: dict[int, float] = {}
     tp_score = fp_score = 0.0
     fp_rows = 0
     null = -profile.fn * windows
-    best = Result(profile.name, math.inf, null, null, profile.tp * windows, 0, 0, windows)
+    thresholds: list[float] = []
+    results: list[Result] = []
     i = 0
     while i < len(order):
         threshold = order[i].score
@@ -159,9 +161,19 @@ def sweep(points: Sequence[Point], windows: int, profile: Profile) -> Result:
                 fp_rows += 1
             i += 1
         raw = tp_score + fp_score - profile.fn * (windows - len(best_in))
-        if raw > best.raw:
-            best = Result(profile.name, threshold, raw, null, profile.tp * windows, len(best_in), fp_rows,
-                          windows - len(best_in))
+        thresholds.append(threshold)
+        results.append(Result(profile.name, threshold, raw, null, profile.tp * windows, len(best_in), fp_rows,
+                              windows - len(best_in)))
+    return thresholds, results
+
+
+def sweep(points: Sequence[Point], windows: int, profile: Profile) -> Result:
+    """The best corpus-wide threshold for ``profile`` (NAB's optimiser, done exactly by one sort)."""
+    null = -profile.fn * windows
+    best = Result(profile.name, math.inf, null, null, profile.tp * windows, 0, 0, windows)
+    for r in curve(points, windows, profile)[1]:
+        if r.raw > best.raw:
+            best = r
     return best
 
 
