@@ -573,3 +573,19 @@ def test_damage_anywhere_after_open_loses_only_the_entries_it_touches(n: int, at
         assert got == [i for i in range(n) if i not in touched]
         assert spool.stats().corrupt_messages_total == len(touched)
         assert (spool.corrupt_total > 0) == bool(touched)
+
+
+def test_interval_fsync_is_timed_by_the_clock_passed_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The "interval" policy asks the injected clock, not the wall: a fake clock decides, no sleeping."""
+    now = [100.0]
+    with Spool(tmp_path, max_bytes=64 * SEG, segment_bytes=SEG, fsync="interval", fsync_interval_ms=1000,
+               clock=lambda: now[0]) as spool:
+        spool.append([msg(0)])  # the first append rolls a segment (and fsyncs the directory)
+        synced: list[int] = []
+        monkeypatch.setattr(os, "fsync", synced.append)
+        now[0] = 100.5
+        spool.append([msg(1)])
+        assert synced == []  # half the interval on the fake clock: not due
+        now[0] = 101.0
+        spool.append([msg(2)])
+        assert len(synced) == 1  # a whole interval on the fake clock: the segment is fsynced
