@@ -137,12 +137,7 @@ class _SegmentFiles:
 
     def _roll(self) -> None:
         """Seal the active segment (fsynced unless the policy is "none") and start a new one."""
-        if self._wfd is not None:
-            if self.fsync_policy != "none" and self._unsynced:
-                self._fsync(self._wfd)
-            os.close(self._wfd)
-            self._wfd = None
-            self._unsynced = False
+        self._close_writer()
         seg_id = self._next_id
         path = self._path(seg_id)
         self._wfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
