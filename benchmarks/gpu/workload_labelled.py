@@ -148,6 +148,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 35.0), ("launch", 75.0)),
           "gpu_s": 0.07, "cpu_s": 0.06, "stall_steps": 1.5, "burners_per_core": 3, "leak_every_s": 2.0,
           "leak_gib": 0.8, "serve_period_s": 12.0, "launch_batch": 2500, "hiccup_run_s": 2.0, "hiccup_wait_s": 3.0},
+    # "k": the tenth run, written in the sixth session (2026-12-02) after its detector changes and
+    # scored once when recorded: a checkpoint early, a stall of 1.7 steps' wait 22 s after it, an
+    # evaluation, the input work on one thread, a slow drift (each step waits longer for 50 s, then
+    # holds at 1.8 steps' wait), a leak of 0.7 GiB every 2 s; then a new process serving a demand
+    # wave of 14 s (normal) and launch-bound for 65 s (1,200 tiny kernels per sync); a GPU-heavier step
+    "k": {"train": (("train", 25.0), ("checkpoint", 6.0), ("train", 22.0), ("stall", 75.0), ("train", 22.0),
+                    ("eval", 8.0), ("train", 22.0), ("onethread", 70.0), ("train", 22.0), ("drift", 90.0),
+                    ("train", 15.0), ("leak", 35.0)),
+          "tools": (("serve", 30.0), ("launch", 65.0)),
+          "gpu_s": 0.10, "cpu_s": 0.05, "stall_steps": 1.7, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.7, "serve_period_s": 14.0, "launch_batch": 1200, "drift_steps": 1.8, "drift_ramp_s": 50.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order

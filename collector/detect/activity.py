@@ -15,8 +15,13 @@ is told from behaviour):
   plateau is what an evaluation or validation pass looks like (forward passes, less
   work per second): it must outlast ``smooth_hold_s`` (90 s) unless it is deep or
   bursty. When every GPU of a multi-GPU pod fell together (evaluation and checkpoints
-  pause the whole job at once): 150 s. Longer still when the job has already recovered
-  from dips this deep and the fall comes on the job's rhythm (level.py).
+  pause the whole job at once): 150 s, unless three of the job's dips like this fall agree
+  on a period and the fall is off it (not one of its evaluations: judged as one GPU's fall);
+  and 150 s too when the pod's other GPUs are at work but their samples are not of this
+  moment (a partition delivered late: whether the pod fell cannot be told). Longer still
+  when the job has already recovered from dips this deep and the fall comes on the job's
+  rhythm (level.py). A replica of a service whose other replicas move with their demand is
+  judged as demand-driven even when traffic pinned it at its cap for minutes.
 * What a fall of a steady job is *not*: an idle GPU (no kernel at all: no SM activity for
   10 s with the process alive is the idle detector's case, after its own wait: a job that
   finished but holds the GPU); a launch-bound phase (utilisation far above SM
@@ -89,6 +94,8 @@ def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
     90 s); any other is judged by the stricter of both rules (``unsure``: only a step counts,
     and it must last as long as a steady job's fall)."""
     if lv.steady is not None:
+        if lv.steady and 2 * sum(1 for p in svc_peers if p.level.steady is False) > len(svc_peers):
+            return "step"  # a replica pinned at its cap by traffic, while the service's others move with theirs
         return "steady" if lv.steady else "step"
     return "steady" if (lv.tight or lv.calm) and not svc_peers else "unsure"
 
@@ -257,9 +264,11 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
 
 
 def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],
-               svc_peers: Sequence[GpuState], svc_changed: float) -> Finding | None:
+               svc_peers: Sequence[GpuState], svc_changed: float, pod_unseen: bool = False) -> Finding | None:
     """A finding once a fall has lasted its hold (the detector times its own falls: a burst of a
-    bursty stall above the end ratio neither ends the fall nor restarts its clock)."""
+    bursty stall above the end ratio neither ends the fall nor restarts its clock). ``pod_unseen``:
+    the GPU's pod has other GPUs at work whose samples are not of this moment (a partition
+    delivered late), so whether the whole pod fell cannot be told: it is held as a pod's fall."""
     lv = st.level
     sm = st.sm
     if sm is None or not st.pids:
@@ -312,13 +321,17 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     waits = depth <= DEEP or lv.bursty() or (found is not None and found.host_side)
     if lv.ep_mode == "step":
         hold = cfg.demand_hold_s
-    elif pod_wide:
-        hold = cfg.pod_hold_s
     else:
         hold = cfg.steady_hold_s if waits or not lv.ep_abrupt else cfg.smooth_hold_s
     # a job waiting for work is timed from when it left its plateau; an evaluation-like fall (smooth,
     # or the whole pod's) from when it was first seen below the ratio, as those holds were set
-    if lv.unexcused(ts) - (0.0 if hold == cfg.steady_hold_s else lv.ep_lead) < hold:
+    unexcused = lv.unexcused(ts)
+    if unexcused - (0.0 if hold == cfg.steady_hold_s else lv.ep_lead) < hold:
+        return None
+    # every GPU of the pod at once is what an evaluation or a checkpoint looks like, unless the job's
+    # rhythm of falls like this one is known and this one is off it (then it is judged as one GPU's is)
+    if (pod_wide or pod_unseen) and lv.ep_mode != "step" and unexcused - lv.ep_lead < cfg.pod_hold_s \
+            and lv.on_rhythm(lv.ep_start) is not False:
         return None
     if lv.ep_mode != "steady" and lv.recent and lv.recent[-1][1] < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0):
         return None  # still falling (a replica draining): a step settles at its new level

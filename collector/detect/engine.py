@@ -274,10 +274,17 @@ class DetectionEngine:
             if lv.ep_ref or lv.may_fall(cfg.drop_ratio, cfg.step_ratio):
                 svc_key = st.service_key
                 svc_peers = [p for p in self._peers(self.services, svc_key, st, ts) if p.pod_key != st.pod_key]
+                unseen = not pod_peers and st.pod_key is not None and any(
+                    p is not st and p.pids for p in self.pods.get(st.pod_key, {}).values())
                 perf = activity.throughput(st, ts, cfg, pod_peers, svc_peers,
-                                           self.service_changed.get(svc_key, -1e18) if svc_key else -1e18)
+                                           self.service_changed.get(svc_key, -1e18) if svc_key else -1e18, unseen)
         else:
-            lv.end_episode()  # a more specific explanation holds
+            # a more specific explanation holds; a fall it comes in on the way back from (an evaluation that
+            # ended into a power cap) is still one of the job's dips
+            if lv.ep_ref:
+                lv.end_episode(ts, learn_dip=lv.ep_up >= 0, dip_max_s=activity.DIP_MAX_S, reported=lv.ep_reported)
+            else:
+                lv.end_episode()
         if perf is None and st.util_slow >= 0 and st.util_slow >= cfg.launch_util:
             perf = launch.launch_bound(st, cfg, m.get(DRAM_ACTIVE))
         if perf is None:

@@ -425,6 +425,29 @@ class ActivityLevel:
                 low = mean
         return low
 
+    def on_rhythm(self, start: float) -> bool | None:
+        """Whether the fall being judged, beginning at ``start``, comes on the rhythm of the job's
+        dips like it (within 10% of a period, at least a minute); None while no three dips like it
+        agree on a period. Why: a job's evaluations recur every N steps, so once their period is
+        known a fall like them but off it is not one of them. A fall unlike every dip with a known
+        rhythm says nothing: it may be another of the job's events, not seen yet (a checkpoint
+        every few hours). Three, as the dips remembered skip some of the job's (one that ran into
+        a throttle or a lost GPU is not learned), so a gap between two may be several periods:
+        the shortest gap is the period when every other is a multiple of it."""
+        depth = _median(self.ep_blocks) if self.ep_blocks else self.episode_depth()
+        bursts = self.bursty()
+        times = [t for t, d, _, bursty, reported in self.dips
+                 if not reported and bursty == bursts and abs(d - depth) <= max(0.05, 0.25 * max(d, depth))]
+        gaps = [b - a for a, b in itertools.pairwise(times) if b - a >= 120.0]
+        if len(gaps) < 2:
+            return None
+        period = min(gaps)
+        slack = max(60.0, 0.1 * period)
+        if any(abs(g - round(g / period) * period) > slack for g in gaps):
+            return None
+        phase = (start - times[-1]) % period
+        return min(phase, period - phase) <= slack
+
     # ---- the fall being judged ----
     def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool, reported: bool = False,
                       lead: float = 0.0) -> None:

@@ -14,6 +14,7 @@ import math
 import pytest
 
 from collector.detect import DetectorConfig
+from collector.detect.level import ActivityLevel
 from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
 
 SERVE = {"reasons": 0, "clock": 1980.0}
@@ -105,6 +106,76 @@ def test_a_pod_learns_its_evaluation_rhythm_and_a_stall_off_it_is_found() -> Non
     starts = sorted({round(a.start - T0, -1) for a in found})
     assert {a.kind for a in found} == {"throughput_drop"} and len(found) == 8
     assert starts[0] < 1800 and 6300 < starts[1] <= 6300 + 170
+
+
+def _pod_job(stall_at: float, evals_from: float = 600.0):  # type: ignore[no-untyped-def]
+    """A 4-GPU pod: whole-pod evaluations of 2 minutes every 20 minutes from ``evals_from``
+    (each shorter than the 150 s a pod-wide fall may last: never reported), and an input stall
+    of the whole pod at 0.35 for 6 minutes from ``stall_at``."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = 0.3 if t >= evals_from and (t - evals_from) % 1200 < 120 else 0.91
+        if stall_at <= t < stall_at + 360:
+            sm = 0.35
+        return record(t, g, sm=sm, pid=100 + g)
+    return make
+
+
+def test_a_pod_stall_off_its_known_rhythm_is_judged_as_one_gpus_fall() -> None:
+    """Once three of the pod's evaluations agree on its period, a pod-wide fall off that rhythm
+    is not an evaluation: it is found after the 90 s of a smooth fall, not the 150 s that an
+    evaluation of unknown length gets. With only one evaluation seen, the rhythm is unknown and
+    the stall waits the 150 s; evaluations on the rhythm stay quiet throughout."""
+    found = run(trace(4300, 4, _pod_job(3600)))  # evaluations at 600, 1800 and 3000 before it
+    assert {a.kind for a in found} == {"throughput_drop"} and len(found) == 4
+    assert all(3600 < a.start - T0 <= 3600 + 100 for a in found)
+    found = run(trace(1700, 4, _pod_job(1200)))  # one evaluation (600) before it
+    assert len(found) == 4 and all(1200 + 140 < a.start - T0 <= 1200 + 170 for a in found)
+
+
+def test_the_rhythm_of_a_jobs_dips_survives_a_skipped_one_and_is_kept_to_falls_like_them() -> None:
+    """Evaluations at 0, 1800 and 5400 s (the one at 3600 ran into a throttle and was not learned):
+    the period is 1800 s. A fall like them at 7200 is on the rhythm, at 6300 off it; a fall unlike
+    them (a checkpoint's depth, never seen) has no known rhythm."""
+    lv = ActivityLevel(0.0)
+    for t in (0.0, 1800.0, 5400.0):
+        lv.dips.append((t, 0.35, 120.0, False, False))
+    lv.ep_blocks = [0.33, 0.36]
+    assert lv.on_rhythm(7200.0) is True and lv.on_rhythm(7230.0) is True
+    assert lv.on_rhythm(6300.0) is False
+    lv.ep_blocks = [0.08, 0.09]
+    assert lv.on_rhythm(6300.0) is None
+    lv.dips.clear()
+    lv.dips.extend([(0.0, 0.35, 120.0, False, False), (1800.0, 0.35, 120.0, False, False)])
+    lv.ep_blocks = [0.35]
+    assert lv.on_rhythm(2700.0) is None  # two dips: a period, not yet a rhythm
+
+
+def test_a_late_partitions_gpu_judges_its_fall_as_its_pods() -> None:
+    """One GPU's records arrive 200 s behind its pod's (its partition stalled and is caught up):
+    its peers' readings are not of its moment, so whether the whole pod fell cannot be told. Its
+    share of a 2-minute pod evaluation is held as a pod's fall (quiet), not as a lone GPU's
+    (reported after 90 s)."""
+    job = _pod_job(10_000)
+    def late(seconds: int):  # type: ignore[no-untyped-def]
+        for s in range(seconds):
+            for g in range(4):
+                t = float(s - 200 if g == 3 else s)
+                if t >= 0:
+                    yield job(t, g)
+    assert run(late(1000)) == []
+
+
+def test_a_replica_pinned_at_its_cap_by_traffic_is_judged_as_its_service() -> None:
+    """A serving replica took all of its region's traffic for 15 minutes and sat pinned at
+    0.92 (a plateau, as a training job's), while the service's other replicas moved with their
+    demand; then its traffic drifted away over two minutes to 0.35. That is demand: the replica
+    is judged as the demand-driven workload its service is, not as a steady job."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = _demand(t, g)
+        if g == 0:
+            sm = 0.92 + 0.01 * math.sin(t) if t < 1500 else max(0.35, 0.92 - 0.57 * (t - 1500) / 120)
+        return record(t, g, sm=sm, pid=200 + g, pod=f"serve-{g}", service="chat", **SERVE)
+    assert run(trace(2400, 4, make)) == []
 
 
 def test_a_slow_drift_of_a_steady_job_is_a_drop() -> None:

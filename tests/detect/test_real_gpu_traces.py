@@ -226,3 +226,15 @@ def test_trace_j_recorded_with_the_fifth_sessions_detectors_four_of_five() -> No
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and result["false"] == []
     assert [i["phase"] for i in result["incidents"] if not i["found"]] == ["hiccup"]
+
+
+def test_trace_k_recorded_with_the_sixth_sessions_detectors_five_of_five() -> None:
+    """Variant k, written after the sixth session's changes (pod rhythm, late partitions, pinned
+    replicas: none of which a lone GPU exercises) and scored once, at its recording: 5 of 5 and
+    nothing on its normal phases (a checkpoint, an evaluation, a serving wave), each drop within
+    90 s. The session's starting detectors score it the same."""
+    trace = DATA / "h200-labelled-k.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["false"] == []
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
+    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
