@@ -16,7 +16,8 @@ is told from behaviour):
   work per second): it must outlast ``smooth_hold_s`` (90 s) unless it is deep or
   bursty. When every GPU of a multi-GPU pod fell together (evaluation and checkpoints
   pause the whole job at once): 150 s, unless three of the job's dips like this fall agree
-  on a period and the fall is off it (not one of its evaluations: judged as one GPU's fall);
+  on a period and the fall is off it (not one of its evaluations: judged as one GPU's fall),
+  or the host says the job waits for a CPU (contention, CFS throttling);
   and 150 s too when the pod's other GPUs are at work but their samples are not of this
   moment (a partition delivered late: whether the pod fell cannot be told). Longer still
   when the job has already recovered from dips this deep and the fall comes on the job's
@@ -70,6 +71,9 @@ WAIT = "wait"
 _ABRUPT_S = 20.0  # a fall that left the plateau less than this long ago came at once (not a drift)
 _VERDICT_EVERY_S = 5.0  # the evidence is weighed again this often during a fall (its readings come every 2 s)
 _FORGET_S = 300.0  # how far back before a reported fall its way down is looked for
+# host-side causes that no evaluation or checkpoint produces (input waits and one busy thread may be a
+# checkpoint writing, or pickling on one thread): a pod-wide fall with one of them is no pod pause
+_CPU_STARVED = ("contention", "throttled")
 _YOUNG_S = 60.0  # a level not yet established: its highest block of this long ago is where it fell from
 
 
@@ -329,9 +333,10 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     if unexcused - (0.0 if hold == cfg.steady_hold_s else lv.ep_lead) < hold:
         return None
     # every GPU of the pod at once is what an evaluation or a checkpoint looks like, unless the job's
-    # rhythm of falls like this one is known and this one is off it (then it is judged as one GPU's is)
+    # rhythm of falls like this one is known and this one is off it, or the job waits for a CPU (neither
+    # an evaluation nor a checkpoint makes it do that): then it is judged as one GPU's fall is
     if (pod_wide or pod_unseen) and lv.ep_mode != "step" and unexcused - lv.ep_lead < cfg.pod_hold_s \
-            and lv.on_rhythm(lv.ep_start) is not False:
+            and not (found is not None and found.cause in _CPU_STARVED) and lv.on_rhythm(lv.ep_start) is not False:
         return None
     if lv.ep_mode != "steady" and lv.recent and lv.recent[-1][1] < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0):
         return None  # still falling (a replica draining): a step settles at its new level

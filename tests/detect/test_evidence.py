@@ -187,3 +187,25 @@ def test_a_young_levels_fall_without_a_host_side_cause_or_on_a_server_is_not_jud
     assert _drops(run(_young_fall(_unchanged))) == []
     serving = _serving(lambda t, fallen: 0.0, lambda t, fallen: 0.0)
     assert _drops(run(_young_fall(lambda t, fallen: {**_input(t, fallen), **serving(t, fallen)}))) == []
+
+
+@pytest.mark.parametrize(("host", "within"), [(_contention, 75), (_throttled, 75), (_unchanged, 160), (_input, 160)])
+def test_a_pod_wide_fall_while_the_job_waits_for_a_cpu_is_no_pod_pause(host: Host, within: int) -> None:
+    """Every GPU of a 4-GPU pod falls to 0.35 at once, as an evaluation pass would, and stays there.
+    While the host says the job waits for a CPU (node contention, CFS throttling), no evaluation or
+    checkpoint explains it: reported after the 60 s of a job waiting for work. With no such cause
+    (nothing found, or the process sleeping, which a checkpoint writing its files also does) it gets
+    the 150 s a pod pause may last."""
+    rng = random.Random(3)
+    recs = []
+    for s in range(FALL_AT + 240):
+        for g in range(4):
+            fallen = s >= FALL_AT
+            sm = (0.35 if fallen else 0.9) * (1.0 + rng.gauss(0.0, 0.01))
+            rec = record(float(s), g, sm=sm, pid=100 + g, pod="trainer-0", DEV_GPU_UTIL=90.0,
+                         PROF_PCIE_RX_BYTES=4e8 * sm)
+            recs.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
+    drops = _drops(run(recs))
+    assert len(drops) == 4
+    assert all(within - 20 < a.start - record(0, 0).ts - FALL_AT <= within for a in drops), \
+        [a.start - record(0, 0).ts - FALL_AT for a in drops]
