@@ -20,8 +20,12 @@ What keeps it quiet where that knowledge is not news:
   says nor learns anything: a throttle or a leak explains what the metric does, says it
   better, and what the metric does then is not its normal;
 * it reports an onset only when the detector's score reaches ``threshold`` and the value
-  lies at least ``min_change`` outside the range this workload has shown (a 0.5 °C
-  "never seen" is statistics, not news).
+  lies at least ``min_change`` outside the range this workload showed until ``RANGE_LAG_S``
+  ago (a 0.5 °C "never seen" is statistics, not news, and a slow creep is judged against
+  where it began);
+* while its own anomaly is open (up to ``LEARN_AFTER_S``) each minute is judged but not
+  learned: HBM that ran hot for 15 minutes is not the series' normal, so the next time it
+  runs that hot is news again, and the anomaly lasts as long as the excursion does.
 
 Each metric is configured by a :class:`MetricSpec` (the ``detectors: metrics:`` section of
 the alert rules file; :data:`~collector.detect.finding.DEFAULT_METRICS` without one).
@@ -29,6 +33,8 @@ the alert rules file; :data:`~collector.detect.finding.DEFAULT_METRICS` without 
 
 from __future__ import annotations
 
+import copy
+from collections import deque
 from typing import Final
 
 from collector.detect.anomaly import AnomalyKind
@@ -40,6 +46,8 @@ from telemetry.catalog import BY_KEY
 from telemetry.keys import short_name
 
 QUIET_AFTER_S = 600.0
+RANGE_LAG_S = 600.0  # a minute joins the range of what was seen this long after it
+LEARN_AFTER_S = 1800.0  # an excursion reported this long is the series' new normal: learned from then on
 KIND: Final[AnomalyKind] = "metric_anomaly"
 EVERY = 5.0  # seconds between samples folded into a minute's mean (plenty for a mean, and cheap)
 
@@ -47,7 +55,7 @@ EVERY = 5.0  # seconds between samples folded into a minute's mean (plenty for a
 class Watch:
     """One metric of one GPU's workload: the current minute's sum and the detector."""
 
-    __slots__ = ("det", "high", "low", "n", "spec", "start", "total")
+    __slots__ = ("det", "high", "low", "n", "pending", "spec", "start", "total")
 
     def __init__(self, spec: MetricSpec, ts: float) -> None:
         self.spec = spec
@@ -58,6 +66,16 @@ class Watch:
         self.det = UnivariateDetector(spec.lo, spec.hi, probation)
         self.low = float("inf")
         self.high = float("-inf")
+        self.pending: deque[tuple[float, float]] = deque()  # (ts, minute mean) not yet in the range
+
+    def widen(self, ts: float, mean: float) -> None:
+        """Fold a normal minute into the range seen, ``RANGE_LAG_S`` later: a value that creeps up
+        over minutes, each minute only a little above the last, is judged against where the
+        series was before it began, not against its own way up."""
+        self.pending.append((ts, mean))
+        while self.pending and ts - self.pending[0][0] >= RANGE_LAG_S:
+            _, m = self.pending.popleft()
+            self.low, self.high = min(self.low, m), max(self.high, m)
 
 
 def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[MetricSpec, ...]) -> Finding | None:
@@ -73,6 +91,7 @@ def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[Met
     floor = PLATEAU * lv.level
     working = lv.steady is True and lv.fast >= floor and (st.sm or 0.0) >= floor
     found: Finding | None = None
+    own = st.open.get(KIND)
     for spec in specs:
         if spec.at_plateau and not working:
             continue
@@ -85,14 +104,19 @@ def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[Met
         if ts - w.start >= spec.every_s and w.n:
             mean = w.total / w.n
             w.start, w.total, w.n = ts, 0.0, 0
-            w.det.update(mean)
-            score = w.det.raw  # the engine's hysteresis makes one anomaly of a run of high scores
+            if own is not None and ts - own[0].start < LEARN_AFTER_S:
+                probe = copy.deepcopy(w.det)  # judged, not learned: the excursion is not the series' normal
+                probe.update(mean)
+                score = probe.raw
+            else:
+                w.det.update(mean)
+                score = w.det.raw  # the engine's hysteresis makes one anomaly of a run of high scores
             seen = (w.low, w.high)
             outside = mean > w.high + spec.min_change or mean < w.low - spec.min_change
             if score >= spec.threshold and outside and found is None:
                 found = _finding(st, spec, mean, score, seen)
-            if score < spec.threshold:  # the range of what was normal: an excursion does not widen it
-                w.low, w.high = min(w.low, mean), max(w.high, mean)
+            if score < spec.threshold and own is None:  # the range of what was normal: an excursion
+                w.widen(ts, mean)  # (or what is judged while one is open) does not widen it
         w.total += value
         w.n += 1
     return found
