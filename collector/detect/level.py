@@ -90,6 +90,12 @@ def _median(values: list[float]) -> float:
     return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
 
 
+def _alike(a: float, b: float) -> bool:
+    """Whether two dips' depths (activity / level) are alike: within 0.05, or a quarter of the
+    deeper one's."""
+    return abs(a - b) <= max(0.05, 0.25 * max(a, b))
+
+
 def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
     """A least-squares line through the points, read at ``at``, and its residuals' IQR."""
     n = len(pts)
@@ -436,8 +442,7 @@ class ActivityLevel:
         the shortest gap is the period when every other is a multiple of it."""
         depth = _median(self.ep_blocks) if self.ep_blocks else self.episode_depth()
         bursts = self.bursty()
-        times = [t for t, d, _, bursty, reported in self.dips
-                 if not reported and bursty == bursts and abs(d - depth) <= max(0.05, 0.25 * max(d, depth))]
+        times = [t for t, d, _, bursty, reported in self.dips if not reported and bursty == bursts and _alike(d, depth)]
         gaps = [b - a for a, b in itertools.pairwise(times) if b - a >= 120.0]
         if len(gaps) < 2:
             return None
@@ -555,7 +560,7 @@ class ActivityLevel:
         for i, (t, d, seconds, bursty, reported) in enumerate(self.dips):
             if reported and start - (t + seconds) < REPEAT_S:
                 continue
-            if bursty == bursts and abs(d - depth) <= max(0.05, 0.25 * max(d, depth)):
+            if bursty == bursts and _alike(d, depth):
                 best = i
                 longest = max(longest, seconds)
                 prev, last = last, t
