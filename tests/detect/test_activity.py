@@ -132,6 +132,22 @@ def test_a_pod_stall_off_its_known_rhythm_is_judged_as_one_gpus_fall() -> None:
     assert len(found) == 4 and all(1200 + 140 < a.start - T0 <= 1200 + 170 for a in found)
 
 
+def test_an_evaluation_that_ends_into_a_throttle_still_counts_in_the_pods_rhythm() -> None:
+    """The pod's evaluation at 1800 s comes back, and 6 s later goes into 3 minutes of thermal
+    throttling (a more specific finding, which ends the fall being judged while it recovers). It
+    is still one of the job's dips: with those at 600 and 3000 s the rhythm is known, and the
+    stall at 3600 s, off it, is found after the 90 s of a smooth fall (without it: two dips, no
+    rhythm, the 150 s of a pod pause)."""
+    make = _pod_job(3600)
+    def hot(t: float, g: int):  # type: ignore[no-untyped-def]
+        rec = make(t, g)
+        if 1926 <= t < 2100:
+            return record(t, g, sm=0.75, pid=100 + g, temp=92.0, reasons=0x20, clock=1100.0)
+        return rec
+    found = [a for a in run(trace(4300, 4, hot)) if a.kind == "throughput_drop"]
+    assert len(found) == 4 and all(3600 < a.start - T0 <= 3600 + 100 for a in found)
+
+
 def test_the_rhythm_of_a_jobs_dips_survives_a_skipped_one_and_is_kept_to_falls_like_them() -> None:
     """Evaluations at 0, 1800 and 5400 s (the one at 3600 ran into a throttle and was not learned):
     the period is 1800 s. A fall like them at 7200 is on the rhythm, at 6300 off it; a fall unlike
