@@ -12,7 +12,9 @@ value and headers. The value of a ``frame`` is a :mod:`telemetry.codec` frame; t
 ``event`` is one JSON object, an :class:`~telemetry.records.EventRecord`
 (:func:`encode_event`, :func:`decode_event`); that of a ``profile`` (a CPU profile the
 agent took because an anomaly opened) is one JSON object too
-(:class:`telemetry.profile.ProfileResult`). A ``keyframe_request`` and a
+(:class:`telemetry.profile.ProfileResult`); that of ``kernels`` (one window of a CUPTI probe's
+kernel statistics, with the pod's identity) is one JSON object too
+(:class:`telemetry.kernels.KernelWindow`). A ``keyframe_request`` and a
 ``profile_request`` travel the other way, on the control topic
 (:class:`telemetry.control.KeyframeRequest`, :class:`telemetry.control.ProfileRequest`).
 A message without a ``type`` header is read as a frame, as the first agents sent them.
@@ -44,6 +46,7 @@ class MessageType(enum.Enum):
     KEYFRAME_REQUEST = "keyframe_request"
     PROFILE_REQUEST = "profile_request"
     PROFILE = "profile"
+    KERNELS = "kernels"
 
     @property
     def header(self) -> bytes:
