@@ -218,7 +218,8 @@ class _AgentCollector(Collector):
             "CPU time of the agent's own threads by account: sampling (sampling and XID threads, what "
             "the CPU budget governs), transport (framing, Kafka, spool), http (/metrics requests), profile "
             "(py-spy captures, py-spy's own CPU included; present once profiling is on), inference "
-            "(scraping the inference servers of pods that ask for it).",
+            "(scraping the inference servers of pods that ask for it), kernels (the kernel probe receiver; "
+            "present once it runs).",
             labels=["account"])
         for account, seconds in sorted(a.cpu.accounts().items()):
             cpu.add_metric([account], max(0.0, seconds))

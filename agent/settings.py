@@ -13,9 +13,9 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvParseError
 
@@ -28,6 +28,21 @@ if TYPE_CHECKING:
 
 def _default_node() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def _octal_mode(value: object) -> object:
+    """A file mode as written in a variable: octal digits, as chmod takes them ("0666", "600", "0o600")."""
+    if isinstance(value, str):
+        text = value.strip().lower().removeprefix("0o")
+        if not re.fullmatch(r"0?[0-7]{1,3}", text):
+            raise ValueError(f"{value!r} is not an octal file mode of permission bits, 0000 to 0777 (e.g. 0666, 0600)")
+        return int(text, 8)
+    return value
+
+
+FileMode = Annotated[int, BeforeValidator(_octal_mode), Field(ge=0, le=0o777)]
+#: the longest path a Unix socket may have (agent.probe_socket.MAX_PATH_BYTES; not imported: settings load light)
+_MAX_SOCKET_PATH = 107
 
 
 class AgentSettings(BaseSettings, KafkaSecurityFields):
@@ -81,6 +96,26 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     profile_cpu_budget: float = Field(
         0.01, gt=0, le=1, description="CPU budget of profiling (py-spy's own CPU included), fraction of one core")
     profile_py_spy: str | None = Field(None, description="the py-spy binary (default: on PATH or beside python)")
+    # the windows of the CUPTI kernel probes inside workloads (agent.kernels; the probe is opt-in per workload)
+    probe_socket: str = Field(
+        "/run/gpuwatch/probe.sock", description="Unix datagram socket the workloads' kernel probes write to "
+        "(empty: no receiver)")
+    probe_socket_mode: FileMode = Field(
+        0o666, description="file mode of the probe socket, octal (0666: processes of any uid may write, as the "
+        "chart's workload pods; 0600: the agent's user only)")
+    probe_cpu_budget: float = Field(
+        0.01, gt=0, le=1, description="CPU budget of the probe receiver, fraction of one core (past it, datagrams "
+        "are dropped undecoded)")
+
+    @field_validator("probe_socket")
+    @classmethod
+    def _socket_path(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError(f"{value!r} is not an absolute path (or empty, for no receiver)")
+        if len(os.fsencode(value)) > _MAX_SOCKET_PATH or "\0" in value:
+            raise ValueError(f"a Unix socket path has at most {_MAX_SOCKET_PATH} bytes and no NUL; {value!r} does not "
+                             "fit")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentSettings:
@@ -154,7 +189,8 @@ def load(model: type[BaseSettings], overrides: dict[str, Any], env_prefix: str =
         lines = []
         for err in exc.errors():
             if err["loc"]:
-                lines.append(f"invalid setting {named('.'.join(str(p) for p in err['loc']))}: {err['msg']}")
+                lines.append(f"invalid setting {named('.'.join(str(p) for p in err['loc']))}: "
+                             + err["msg"].removeprefix("Value error, "))
             else:  # a check across settings: its message names them
                 lines.append("invalid settings: " + err["msg"].removeprefix("Value error, "))
         raise SettingsError("; ".join(lines)) from None

@@ -10,6 +10,11 @@ hand batches of :class:`Inbound` here. For each message:
 * ``type=profile``: an agent's CPU profile for an anomaly (:class:`~telemetry.profile.ProfileResult`),
   stored on that anomaly by :attr:`Ingestor.profiles` once the batch's records are; one that
   names no anomaly of its GPU is dead-lettered;
+* ``type=kernels``: one window of a CUPTI probe's kernel statistics
+  (:class:`~telemetry.kernels.KernelWindow`), stored by :attr:`Ingestor.kernels` in the same
+  flush, after the batch's records (so offsets are committed only once it is stored); one that
+  does not decode, or that the store refuses, is counted (``bad_kernels``) and dead-lettered
+  with the field named;
 * anything else: dead-lettered.
 
 Frames are deltas against the previous frame of the same stream. A consumer that starts
@@ -41,6 +46,7 @@ from typing import Any, Protocol
 from collector.streams import Stream, StreamId, StreamTable, UuidConflicts, seq_behind
 from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
 from telemetry.control import KeyframeRequest
+from telemetry.kernels import KernelWindow
 from telemetry.profile import ProfileResult
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import EventRecord, GpuRecord
@@ -89,6 +95,12 @@ class ProfileSink(Protocol):
         """Store ``result`` on its anomaly; False when there is no such anomaly on its GPU."""
 
 
+class KernelSink(Protocol):
+    async def save(self, windows: Sequence[KernelWindow]) -> int:
+        """Store ``windows`` (idempotently); how many were new. :class:`ValueError` when one is
+        refused (the message names the field), the driver's errors when the database is away."""
+
+
 def _validate_noop(_record: GpuRecord) -> None:
     return None
 
@@ -117,6 +129,7 @@ class BatchResult:
 Frames = list[tuple[Inbound, list[GpuRecord]]]
 Events = list[tuple[Inbound, EventRecord]]
 Profiles = list[tuple[Inbound, ProfileResult]]
+Kernels = list[tuple[Inbound, KernelWindow]]
 
 
 @dataclass(slots=True)
@@ -129,6 +142,7 @@ class _Pending:
     frames: Frames = field(default_factory=list)
     events: Events = field(default_factory=list)
     profiles: Profiles = field(default_factory=list)
+    kernels: Kernels = field(default_factory=list)
     dead: list[tuple[Inbound, str]] = field(default_factory=list)
     requests: list[KeyframeRequest] = field(default_factory=list)
     streams: list[Stream] = field(default_factory=list)  # the streams that decoded frames of this batch
@@ -154,6 +168,7 @@ class Ingestor:
     on_committed: Callable[[Sequence[GpuRecord], Sequence[EventRecord]], None] | None = None
     request_keyframe: RequestKeyframe | None = None
     profiles: ProfileSink | None = None  # where agents' CPU profiles go (None: they are dead-lettered)
+    kernels: KernelSink | None = None  # where CUPTI kernel windows go (None: they are dead-lettered)
     keyframe_request_interval_s: float = 10.0
     stream_idle_s: float = 900.0
     clock: Callable[[], float] = time.monotonic
@@ -211,6 +226,7 @@ class Ingestor:
         if not pending.written:
             await self._write(pending)
             await self._save_profiles(pending)
+            await self._save_kernels(pending)
             pending.written = True
             now = self.clock()
             for stream in pending.streams:  # a long outage must not make them look gone
@@ -261,6 +277,27 @@ class Ingestor:
                 self._reject(msg, f"profile for anomaly {result.anomaly} of {result.gpu}: no such anomaly on that "
                              "GPU", pending)
         pending.profiles = []  # a retry of this batch does not store them again
+
+    async def _save_kernels(self, pending: _Pending) -> None:
+        if not pending.kernels:
+            return
+        if self.kernels is None:
+            for msg, _ in pending.kernels:
+                self._reject(msg, "kernels message: this collector stores no kernel windows", pending)
+            pending.kernels = []
+            return
+        try:
+            self.counters["kernel_windows"] += await self.kernels.save([w for _, w in pending.kernels])
+        except ValueError:  # one of them refused: store the others one by one, set it aside
+            while pending.kernels:  # what is done leaves the list: a retry after an outage resumes here
+                msg, window = pending.kernels[0]
+                try:
+                    self.counters["kernel_windows"] += await self.kernels.save([window])
+                except ValueError as exc:
+                    self.counters["bad_kernels"] += 1
+                    self._reject(msg, f"kernels window refused by the store: {exc}", pending)
+                pending.kernels = pending.kernels[1:]
+        pending.kernels = []  # a retry of this batch does not store them again
 
     async def _write_one_by_one(self, pending: _Pending) -> Any:
         written: Any = None
@@ -343,9 +380,22 @@ class Ingestor:
                 except ValueError as exc:
                     self.counters["bad_profiles"] += 1
                     self._reject(msg, f"bad profile: {exc}", pending)
+            elif kind is MessageType.KERNELS:
+                self._kernels(msg, pending)
             else:
                 self._reject(msg, f"unknown message type {(raw or b'')[:40]!r}", pending)
         return pending
+
+    def _kernels(self, msg: Inbound, pending: _Pending) -> None:
+        try:
+            window = KernelWindow.decode(msg.value)
+        except ValueError as exc:
+            self.counters["bad_kernels"] += 1
+            self._reject(msg, f"bad kernels message: {exc}", pending)
+            return
+        if not window.node:  # the agent names its node; else the stream's header does
+            window = window.with_identity(node=msg.header_text(NODE_HEADER) or "")
+        pending.kernels.append((msg, window))
 
     def _handled_before(self, msg: Inbound) -> bool:
         return msg.offset < self.stored_below.get(msg.partition, -1)

@@ -33,6 +33,7 @@ from grafana_foundation_sdk.builders.dashboard import (
     Dashboard,
     DashboardLink,
     DatasourceVariable,
+    Panel,
     QueryVariable,
     Row,
     TextBoxVariable,
@@ -533,6 +534,14 @@ def health() -> Dashboard:
                            ("gpuwatch_agent_control_keyframe_requests_total", "requested by the collector"),
                            ("gpuwatch_agent_keyframe_requests_total", "keyframes forced (sender, collector)"),
                            ("gpuwatch_agent_control_malformed_total", "malformed control messages")))
+        .with_panel(counts("Kernel probe windows",
+                           ("gpuwatch_agent_probe_windows_forwarded_total", "forwarded"),
+                           ("gpuwatch_agent_probe_unattributed_total", "forwarded without a GPU or pod"),
+                           ("gpuwatch_agent_probe_rejected_total", "rejected (malformed)"),
+                           ("gpuwatch_agent_probe_budget_dropped_total", "dropped over the CPU budget"),
+                           description="Windows the workloads' CUPTI probes sent to the agents' sockets: forwarded "
+                                       "to the collector (with the pod of the sender's pid), or dropped; the agent's "
+                                       "log names what was wrong with a rejected one."))
         .with_row(Row("Collectors: ingest"))
         .with_panel(ts("Records stored per second", "ops",
                        prom(f"sum(rate(gpuwatch_collector_records_total{rate}))", "records"),
@@ -625,6 +634,108 @@ def dcgm() -> Dashboard:
     )
 
 
+# the kernel probe's tables (collector/migrations/*/0070_kernel_stats.sql); a window the agent could not
+# attribute has no service, and is shown (and chosen) as this
+_UNATTRIBUTED = "'(unattributed)'"
+_KSVC = f"coalesce(service, {_UNATTRIBUTED}) IN ($service)"
+_KSEL = f"FROM kernel_stats WHERE $__timeFilter(ts) AND {_KSVC}"
+#: The flame graph as Grafana's panel reads a nested set: one row per node in depth-first order
+#: (level, value including the children, self, label). Each level is one GROUP BY of the same rows;
+#: ordering by the node's path (an array: a prefix sorts before its extensions, siblings by label)
+#: puts every parent right before its children.
+KERNEL_FLAME_SQL = f"""
+WITH k AS (
+  SELECT coalesce(service, {_UNATTRIBUTED}) AS service,
+         coalesce(namespace || '/' || pod, pod, '(no pod)') AS pod, category, kernel,
+         sum(total_ns) / 1000.0 AS us
+  {_KSEL} GROUP BY 1, 2, 3, 4
+), nodes AS (
+  SELECT 0 AS level, ARRAY[]::text[] AS path, 'total' AS label, sum(us) AS value, 0 AS self FROM k
+    HAVING count(*) > 0
+  UNION ALL SELECT 1, ARRAY[service], service, sum(us), 0 FROM k GROUP BY service
+  UNION ALL SELECT 2, ARRAY[service, pod], pod, sum(us), 0 FROM k GROUP BY service, pod
+  UNION ALL SELECT 3, ARRAY[service, pod, category], category, sum(us), 0 FROM k GROUP BY service, pod, category
+  UNION ALL SELECT 4, ARRAY[service, pod, category, kernel], kernel, us, us FROM k
+)
+SELECT level, value::float8 AS value, self::float8 AS self, label FROM nodes ORDER BY path
+"""
+TOP_KERNELS = 8
+
+
+def kernels() -> Dashboard:
+    def share_over_time(group: str) -> Sql:
+        """Each group's share of the kernel time in each step (``group``: a column of kernel_stats)."""
+        return Sql(f"WITH per AS (SELECT $__timeGroupAlias(ts, $__interval), {group} AS metric,"
+                   f" sum(total_ns) AS ns {_KSEL} GROUP BY 1, 2)"
+                   " SELECT time, metric, ns::float8 / NULLIF(sum(ns) OVER (PARTITION BY time), 0) AS value"
+                   " FROM per ORDER BY 1, 2")
+
+    top = (f"CASE WHEN kernel IN (SELECT kernel {_KSEL} GROUP BY kernel ORDER BY sum(total_ns) DESC"
+           f" LIMIT {TOP_KERNELS}) THEN left(kernel, 120) ELSE '(the other kernels)' END")
+    windows = f"FROM kernel_windows WHERE $__timeFilter(ts) AND {_KSVC}"
+    flame = (Panel().type("flamegraph").title("Kernel time: service, pod, category, kernel").span(24).height(14)
+             .datasource(PG).unit("µs").with_target(Sql(KERNEL_FLAME_SQL, "table").ref_id("A"))
+             .description("Kernel time the probes recorded in the range, in µs, nested service > pod > kernel "
+                          "category > kernel. Recorded time: a probe records about 1 s in every 10 s "
+                          "(GPUWATCH_PROBE_PERIOD_S), so this is a sample of the GPU's kernels, in proportion."))
+    return (
+        base("gpuwatch-kernels", "gpuwatch / Kernels",
+             "What the GPUs run, from the opt-in CUPTI probe (issue 15): kernel time by service, pod, category and "
+             "kernel, the top kernels' share over time, and each kernel's calls, duration and occupancy "
+             "(collector tables kernel_stats and kernel_windows).")
+        .time("now-6h", "now")
+        .with_variable(pg_datasource())
+        .with_variable(sql_variable("service", f"SELECT DISTINCT coalesce(service, {_UNATTRIBUTED}) FROM kernel_stats"
+                                               " WHERE $__timeFilter(ts) ORDER BY 1", "Service"))
+        .with_row(Row("Over the range"))
+        .with_panel(stat("Recorded kernel time", "s", Sql(f"SELECT sum(total_ns) / 1e9 AS value {_KSEL}", "table"),
+                         span=6, description="Summed over the probes' recording windows (about 1 s in 10 s)."))
+        .with_panel(stat("Processes profiled", "none", Sql(
+            f"SELECT count(DISTINCT (node, pid)) AS value {windows}", "table"), span=6))
+        .with_panel(stat("GPU busy while recording", "percentunit", Sql(
+            f"SELECT sum(busy_ns) / NULLIF(sum(duration_s) * 1e9, 0) AS value {windows}", "table"), span=6,
+            description="Union of the kernels' intervals over the recorded time (a process on several GPUs counts "
+                        "each)."))
+        .with_panel(stat("Kernels under 10 µs", "percentunit", Sql(
+            f"SELECT sum(short_calls)::float8 / NULLIF(sum(calls), 0) AS value {_KSEL}", "table"), span=6,
+            description="Share of kernel launches shorter than 10 µs: many of them make a launch-bound step "
+                        "(fusion, CUDA graphs)."))
+        .with_row(Row("Where the kernel time goes"))
+        .with_panel(flame)
+        .with_row(Row("Over time"))
+        .with_panel(ts("Top kernels, share of kernel time", "percentunit", share_over_time(top), min_interval="1m",
+                       description=f"The {TOP_KERNELS} kernels with the most time in the range, each step's share "
+                                   "of the recorded kernel time; the rest together."))
+        .with_panel(ts("Kernel time by category", "percentunit", share_over_time("category"), min_interval="1m",
+                       description="gemm, attention, communication, ... as telemetry/kernels.py's CATEGORIES name "
+                                   "them by the kernel's name."))
+        .with_panel(ts("GPU busy while recording, per service", "percentunit", Sql(
+            f"SELECT $__timeGroupAlias(ts, $__interval), coalesce(service, {_UNATTRIBUTED}) AS metric,"
+            f" sum(busy_ns) / NULLIF(sum(duration_s) * 1e9, 0) AS value {windows} GROUP BY 1, 2 ORDER BY 1"),
+            min_interval="1m"))
+        .with_panel(ts("CPU in launch calls and synchronisation, per service", "percentunit", Sql(
+            f"SELECT $__timeGroupAlias(ts, $__interval), coalesce(service, {_UNATTRIBUTED}) || ' ' || p.part AS metric,"
+            " sum(p.ns) / NULLIF(sum(duration_s) * 1e9, 0) AS value"
+            " FROM kernel_windows, LATERAL (VALUES ('launch', launch_ns), ('sync', sync_ns)) AS p(part, ns)"
+            f" WHERE $__timeFilter(ts) AND {_KSVC} GROUP BY 1, 2 ORDER BY 1"), min_interval="1m",
+            description="Time in cudaLaunchKernel (and kin) and in synchronisations over the recorded time: a "
+                        "Python loop feeding the GPU shows as launch time, waits for results as sync time."))
+        .with_row(Row("Top kernels"))
+        .with_panel(table("Top kernels over the range", Sql(
+            "SELECT kernel, category, sum(calls) AS calls,"
+            " sum(total_ns)::float8 / NULLIF(sum(sum(total_ns)) OVER (), 0) AS time_share,"
+            " sum(total_ns) / 1000.0 / NULLIF(sum(calls), 0) AS mean_us,"
+            " max(p95_ns) / 1000.0 AS p95_us,"
+            " (array_agg(occupancy ORDER BY total_ns DESC))[1] AS occupancy,"
+            " sum(short_calls)::float8 / NULLIF(sum(calls), 0) AS short_share"
+            f" {_KSEL} GROUP BY kernel, category ORDER BY sum(total_ns) DESC LIMIT 50", "table"), height=12,
+            description="Calls and time of each kernel (by demangled name) in the range; time share of the recorded "
+                        "kernel time; mean and p95 duration (the largest of the windows' p95s, as the API's); "
+                        "theoretical occupancy of its launch shape in the window where it took the most time; "
+                        "share of calls under 10 µs."))
+    )
+
+
 DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "gpuwatch-fleet": fleet,
     "gpuwatch-gpu": gpu_detail,
@@ -632,6 +743,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "gpuwatch-anomalies": anomalies,
     "gpuwatch-health": health,
     "gpuwatch-dcgm": dcgm,
+    "gpuwatch-kernels": kernels,
 }
 
 

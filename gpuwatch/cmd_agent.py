@@ -143,6 +143,7 @@ def wait_for_signal() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agent.probe_socket import ProbeSocketError
     from agent.settings import SettingsError
 
     try:
@@ -161,12 +162,14 @@ def run(args: argparse.Namespace) -> int:
     cpu, instance = ThreadCpu(), new_instance_id()
     try:
         pipeline = build_sending(settings, instance, cpu)  # nothing runs yet: the agent's sinks need it
-    except SpoolOpenError as exc:
+    except (SpoolOpenError, ProbeSocketError) as exc:
         print(f"gpuwatch agent: {exc}", file=sys.stderr)
         return 1
     agent = build_agent(settings, cpu=cpu, instance=instance,
                         record_sinks=pipeline.record_sinks() if pipeline else (),
                         event_sinks=pipeline.event_sinks() if pipeline else ())
+    if pipeline is not None and pipeline.kernels is not None:
+        pipeline.kernels.attribute_with(agent.attribution)  # for probes whose pid is on no GPU (yet)
     try:
         agent.open()
     except pynvml.NVMLError as exc:
@@ -191,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     kind = "simulated" if settings.simulate else "NVML"
     sending = f"; sending to {settings.kafka_topic} at {settings.kafka_bootstrap}" if pipeline else ""
+    if pipeline is not None and pipeline.kernels is not None:
+        sending += f"; kernel probe windows on {pipeline.kernels.sock.path}"
     print(f"gpuwatch agent: {len(agent.targets)} {kind} GPU targets on {settings.node_name}; "
           f"metrics on http://{settings.metrics_host}:{server.port}/metrics{sending}", flush=True)
     wait_for_signal()
@@ -209,32 +214,42 @@ class SpoolOpenError(RuntimeError):
 
 
 class Sending:
-    """What ``--kafka-bootstrap`` adds to the agent: framer, sender (with spool), control listener
-    and the profiler that answers the collector's profile requests."""
+    """What ``--kafka-bootstrap`` adds to the agent: framer, sender (with spool), control listener,
+    the profiler that answers the collector's profile requests and the kernel probe receiver
+    (None when ``GPUWATCH_PROBE_SOCKET`` is empty; without Kafka its windows would have nowhere to go)."""
 
-    def __init__(self, framer: Any, sender: Any, control: Any, profiler: Any) -> None:
+    def __init__(self, framer: Any, sender: Any, control: Any, profiler: Any, kernels: Any = None) -> None:
         self.framer, self.sender, self.control, self.profiler = framer, sender, control, profiler
+        self.kernels = kernels
 
     def record_sinks(self) -> tuple[RecordSink, ...]:
+        sinks: tuple[RecordSink, ...] = (self.framer.add,)
         if self.profiler.config.enabled:
-            return (self.framer.add, self.profiler.observe)
-        return (self.framer.add,)
+            sinks += (self.profiler.observe,)
+        if self.kernels is not None:
+            sinks += (self.kernels.observe,)
+        return sinks
 
     def event_sinks(self) -> tuple[EventSink, ...]:
         return (self.framer.add_event,)
 
     def stats(self) -> tuple[Snapshot, ...]:
         """The snapshots of every part, for /metrics."""
-        return (*self.sender.snapshots(), self.framer.stats(), self.control.stats(), self.profiler.stats())
+        kernels = (self.kernels.stats(),) if self.kernels is not None else ()
+        return (*self.sender.snapshots(), self.framer.stats(), self.control.stats(), self.profiler.stats(), *kernels)
 
     def start(self) -> None:
         self.sender.start()
         self.framer.start()
         self.profiler.start()
+        if self.kernels is not None:
+            self.kernels.start()
         self.control.start()
 
     def stop(self) -> None:
         self.control.stop()
+        if self.kernels is not None:
+            self.kernels.stop()  # it submits to the sender: before it
         self.profiler.stop()
         self.framer.stop()
         self.sender.stop(10.0)
@@ -249,11 +264,15 @@ class Sending:
 
 
 def build_sending(settings: Any, instance: str, cpu: ThreadCpu) -> Sending | None:
-    """Frames to Kafka through the spool, when a bootstrap server is configured (opens the spool;
-    starts nothing: :meth:`Sending.start` does, once the agent is open)."""
+    """Frames to Kafka through the spool, when a bootstrap server is configured (binds the kernel
+    probe socket, opens the spool; starts nothing: :meth:`Sending.start` does, once the agent is open).
+    :class:`~agent.probe_socket.ProbeSocketError` when another agent holds the probe socket."""
     kafka = settings.kafka()
     if kafka is None:
+        if settings.probe_socket:
+            log.info("kernel probe receiver off: without --kafka-bootstrap its windows would have nowhere to go")
         return None
+    from agent import kernels
     from agent.control import ControlListener
     from agent.framing import Framer
     from agent.producer import Producer
@@ -262,12 +281,17 @@ def build_sending(settings: Any, instance: str, cpu: ThreadCpu) -> Sending | Non
     from agent.spool import Spool, SpoolLockedError
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # it logs an ERROR per reconnect attempt
+    probe_socket = kernels.socket_from_settings(settings)  # first: the cheaper refusal
     try:
         spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_mb << 20,
                       segment_bytes=settings.spool_segment_bytes())
     except SpoolLockedError as exc:
+        if probe_socket is not None:
+            probe_socket.close()
         raise SpoolOpenError(f"{exc}: another agent runs on this node, or give this one its own --spool-dir") from None
     except OSError as exc:
+        if probe_socket is not None:
+            probe_socket.close()
         raise SpoolOpenError(f"cannot use the spool directory {settings.spool_dir} ({exc.strerror or exc}); "
                              "choose another with --spool-dir (env GPUWATCH_SPOOL_DIR)") from None
 
@@ -283,4 +307,6 @@ def build_sending(settings: Any, instance: str, cpu: ThreadCpu) -> Sending | Non
                     max_delay_s=settings.frame_max_delay, cpu=cpu)
     profiler = from_settings(settings, instance, producer.submit, cpu)
     control = ControlListener(kafka, node, instance, framer.request_keyframe, on_profile=profiler.request, cpu=cpu)
-    return Sending(framer, sender, control, profiler)
+    receiver = None if probe_socket is None else kernels.from_settings(settings, probe_socket, instance,
+                                                                        producer.submit, cpu)
+    return Sending(framer, sender, control, profiler, receiver)

@@ -127,6 +127,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
         return
     from collector.alerting.service import from_rules_file
     from collector.profiling import ProfileRequests, ProfileStore
+    from collector.store.kernels import KernelStore
 
     async def record_dead_letter(topic: str, msg: Any, reason: str, why_not_kafka: str) -> None:
         await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
@@ -140,6 +141,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
                         on_committed=detection.on_committed if settings.detect else None,
                         request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool),
+                        kernels=KernelStore(store.pool),
                         keyframe_request_interval_s=tuning.keyframe_request_interval_s,
                         stream_idle_s=tuning.stream_idle_s)
     consumer = KafkaSource(

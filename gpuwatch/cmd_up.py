@@ -32,6 +32,7 @@ from gpuwatch.shutdown import Parts
 log = logging.getLogger("gpuwatch.up")
 SESSION_TOKEN_NAME = "gpuwatch up (this run)"
 SHUTDOWN_S = 20.0  # one deadline for the pipeline's stops (the agent's and the framer's 5 s each)
+PROBE_SOCKET_NAME = "probe.sock"  # the kernel probe's socket in the data directory (agent/kernels.py)
 
 
 def _api_port(text: str) -> int:
@@ -175,6 +176,25 @@ async def _revoke_left_over_tokens(pool: Any) -> None:
             await tokens.revoke(pool, token.id)
 
 
+def _probe_socket(settings: Any, data_dir: Path) -> Any:
+    """The kernel probe's socket, bound: ``probe.sock`` in the data directory, owner-only, unless
+    ``GPUWATCH_PROBE_SOCKET`` (empty: off) and ``GPUWATCH_PROBE_SOCKET_MODE`` say otherwise. A data
+    directory too deep for a Unix socket's path turns the receiver off with a line, never ``up``."""
+    from agent.kernels import socket_from_settings
+    from agent.probe_socket import MAX_PATH_BYTES, ProbeSocketError
+
+    path = settings.probe_socket if "GPUWATCH_PROBE_SOCKET" in os.environ else str(data_dir / PROBE_SOCKET_NAME)
+    if len(os.fsencode(path)) > MAX_PATH_BYTES:
+        print(f"gpuwatch up: no kernel probe receiver: {path} is longer than a Unix socket path may be "
+              f"({MAX_PATH_BYTES} bytes); set GPUWATCH_PROBE_SOCKET to a shorter one", file=sys.stderr)
+        return None
+    mode = settings.probe_socket_mode if "GPUWATCH_PROBE_SOCKET_MODE" in os.environ else 0o600
+    try:
+        return socket_from_settings(settings, path=path, mode=mode, holder="gpuwatch up")
+    except ProbeSocketError as exc:
+        raise UserError(str(exc)) from None
+
+
 def _owner() -> str:
     import pwd
 
@@ -250,6 +270,9 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         await ensure_database(pg.dsn("postgres"), "gpuwatch")
         dsn = pg.dsn("gpuwatch")
         where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
+    probe_socket = _probe_socket(settings, data_dir)  # a second `up --db` on this data directory stops here
+    if probe_socket is not None:
+        stack.callback(probe_socket.close)
     from collector.store import MigrationError
 
     try:
@@ -267,17 +290,27 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     from agent.profiling import from_settings
 
     profiler = from_settings(settings, instance, producer.submit, cpu)
-    sinks = (framer.add, profiler.observe) if profiler.config.enabled else (framer.add,)
+    sinks: tuple[Any, ...] = (framer.add, profiler.observe) if profiler.config.enabled else (framer.add,)
+    from agent.kernels import from_settings as kernel_receiver
+
+    receiver = None if probe_socket is None else kernel_receiver(settings, probe_socket, instance, producer.submit,
+                                                                 cpu)
+    if receiver is not None:
+        sinks += (receiver.observe,)
     agent = build_agent(settings, cpu=cpu, instance=instance, record_sinks=sinks, event_sinks=(framer.add_event,))
+    if receiver is not None:
+        receiver.attribute_with(agent.attribution)
     replies = InProcessReplies([framer], [profiler])
     from collector.alerting.service import from_rules_file
     from collector.profiling import ProfileRequests, ProfileStore
+    from collector.store.kernels import KernelStore
 
     detection = from_rules_file(store.pool, args.alert_rules,
                                 on_opened=ProfileRequests(store.pool, replies.request_profile))
     stack.push_async_callback(detection.close)
     ingestor = Ingestor(store, replies.dead_letter, validate, validate_event, on_committed=detection.on_committed,
-                        request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool))
+                        request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool),
+                        kernels=KernelStore(store.pool))
     api = None
     if api_settings is not None:
         port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
@@ -301,6 +334,8 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     parts.add("the background tasks' stop event", lambda _t: stop.set())
     parts.add("the framer", framer.stop, most=5.0)  # it emits what is pending
     parts.add("the profiler", profiler.stop, most=5.0)  # after the capture under way
+    if receiver is not None:  # it submits to the transport: stopped before it
+        parts.add("the kernel probe receiver", receiver.stop, most=2.0)
     parts.add("the agent", agent.stop, most=5.0)  # opened above
 
     async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
@@ -311,10 +346,12 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         return False
 
     stack.push_async_exit(stop_pipeline)
-    server = _metrics_server(settings, Exposition(agent))
+    server = _metrics_server(settings, Exposition(agent, (lambda: (receiver.stats(),)) if receiver else None))
     parts.add("/metrics", lambda _t: server.stop())
     framer.start()
     profiler.start()
+    if receiver is not None:
+        receiver.start()
     agent.start()
     server.start()
     kind = "simulated" if settings.simulate else "NVML"
@@ -341,6 +378,8 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
                      f"tokens: gpuwatch token create {token_hint + ' ' if token_hint else ''}--role viewer)")
         lines.append(f"  web page: {api.url}/#token={secret}  (this run's admin token, revoked when it stops)"
                      if session_token is not None else f"  web page: {api.url}/")
+    lines.append(f"  kernel probe: GPUWATCH_PROBE=1 GPUWATCH_PROBE_SOCKET={receiver.sock.path} python -m probe "
+                 "your_script.py" if receiver is not None else "  kernel probe: off")
     print("\n".join(lines), flush=True)
 
     if args.duration is not None:

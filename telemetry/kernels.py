@@ -28,7 +28,7 @@ from typing import Final
 from telemetry.wire import MessageType, json_object
 
 #: a kernels message's value (and one probe datagram) is at most this large
-MAX_VALUE_BYTES: Final = 256 << 10
+MAX_VALUE_BYTES: Final = 192 << 10  # under Linux's default socket send buffer (208 KiB): one datagram
 #: kernels kept per window, heaviest first; the rest are summed into :data:`OTHER_KERNELS`
 MAX_KERNELS: Final = 200
 MAX_NAME_CHARS: Final = 512
@@ -245,7 +245,12 @@ class KernelWindow:
 
 
 def _finite(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past float's range (JSON allows 10**400): not a number we take
+        return False
 
 
 def _name(key: str, where: str) -> str:

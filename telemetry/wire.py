@@ -93,6 +93,8 @@ def decode_event(value: bytes) -> EventRecord:
         obj = json.loads(value)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("not JSON this decoder takes: nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     for key, typ in (("ts", (int, float)), ("node", str), ("gpu", str), ("kind", str)):
@@ -113,6 +115,8 @@ def json_object(raw: bytes, what: str, error: type[ValueError] = ValueError) -> 
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{what} is not JSON: {exc}") from None
+    except RecursionError:  # json's C scanner on a few thousand nested arrays: hostile input, not a bug
+        raise error(f"{what} is not JSON this decoder takes: nested too deeply") from None
     if not isinstance(body, dict):
         raise error(f"{what} is not a JSON object")
     return body

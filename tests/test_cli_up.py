@@ -150,6 +150,35 @@ def test_up_serves_from_its_own_directory_through_a_private_socket(data_dir: Pat
     assert_nothing_left(data_dir)
 
 
+def test_up_takes_kernel_probe_windows_on_an_owner_only_socket_in_its_data_directory(data_dir: Path) -> None:
+    from telemetry.kernels import KernelStat, KernelWindow
+
+    proc, banner = start_up(data_dir)
+    path = data_dir / "probe.sock"
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == f"kernel probe: GPUWATCH_PROBE=1 GPUWATCH_PROBE_SOCKET={path} python -m probe your_script.py"
+        assert path.is_socket() and path.stat().st_mode & 0o777 == 0o600
+        window = KernelWindow(ts=1_760_000_000.0, duration_s=1.0, period_s=10.0, pid=1,
+                              kernels=(KernelStat("ampere_sgemm_128x64_nn", 10, 30_000, 3_100),))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(window.encode(), str(path))
+        match = re.search(r"metrics:\s+(http://\S+)", banner)
+        assert match, banner
+
+        def counted() -> bool:
+            with urllib.request.urlopen(match[1], timeout=10) as resp:
+                return b"gpuwatch_agent_probe_windows_forwarded_total 1.0" in resp.read()
+
+        wait_until(counted, timeout=30, what="the window counted on up's /metrics")
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err[-3000:]
+    assert not path.exists()
+    assert_nothing_left(data_dir)
+
+
 def test_postgresql_conf_stays_as_initdb_wrote_it(data_dir: Path) -> None:
     before = conf_digest(data_dir)  # after a first start (the test above)
     done = run_up(data_dir, "--metrics-port", "0", "--api-port", "-1", "--duration", "0.5")

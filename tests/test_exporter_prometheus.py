@@ -587,13 +587,15 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
     from agent.framing import Framer
     from agent.inference.scraper import InferenceScraper
     from agent.kafka_settings import KafkaSettings
+    from agent.kernels import KernelReceiverStats
     from agent.profiling import ProfileConfig, Profiler
     from agent.sender import Sender
     from agent.stats import rows, snapshot
 
     table = rows()
     assert {r.source.split(".")[0] for r in table} >= {
-        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats", "ProfilerStats", "ScrapeStats"}
+        "SenderStats", "SpoolStats", "FramerStats", "ControlStats", "AgentStats", "ProfilerStats", "ScrapeStats",
+        "KernelReceiverStats"}
     assert agent.exposition.AgentStats.__name__ == "AgentStats"
     names = [r.name for r in table]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
@@ -607,7 +609,8 @@ def test_every_row_of_the_agents_own_metrics_table_is_on_metrics(sim_agent: SimA
         profiler = Profiler(ProfileConfig(), sim.agent.node, sim.agent.instance, sender.submit)
         scraper = InferenceScraper(list, dict, cpu=sim.agent.cpu)  # its figures, as an agent in Kubernetes has them
         exposition = Exposition(sim.agent, lambda: (*sender.snapshots(), framer.stats(), control.stats(),
-                                                    profiler.stats(), *scraper.stats()))
+                                                    profiler.stats(), *scraper.stats(),
+                                                    KernelReceiverStats()))  # what Sending.stats adds
         exposed = Exposed.parse(exposition.render().decode())
     finally:
         sender.stop()

@@ -20,7 +20,16 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
-from collector.api import errors, metrics, routes_admin, routes_facts, routes_fleet, routes_records, web
+from collector.api import (
+    errors,
+    metrics,
+    routes_admin,
+    routes_facts,
+    routes_fleet,
+    routes_kernels,
+    routes_records,
+    web,
+)
 from collector.api.context import ApiContext, IngestStats
 from collector.api.principal import TokenCache
 from collector.api.settings import ApiSettings
@@ -41,7 +50,7 @@ def create_app(pool: Any, settings: ApiSettings | None = None, stats: IngestStat
     app.state.ctx = ApiContext(pool=pool, settings=cfg, stats=stats or IngestStats(),
                                token_cache=TokenCache(cfg.token_cache_seconds))
     errors.install(app)
-    for module in (routes_fleet, routes_records, routes_admin, routes_facts):
+    for module in (routes_fleet, routes_kernels, routes_records, routes_admin, routes_facts):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(web.router)
     rate = metrics.RateWindow()

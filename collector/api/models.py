@@ -327,3 +327,113 @@ class ClockReasonOut(BaseModel):
 class GpuFactsOut(BaseModel):
     xids: list[XidOut]
     clock_event_reasons: list[ClockReasonOut]
+
+
+class KernelCoverage(BaseModel):
+    """What the CUPTI probe recorded of the service in the range (a window is counted in the
+    range it starts in)."""
+
+    windows: int = Field(description="recording windows (one process, about 1 s in every period_s)")
+    processes: int = Field(description="distinct processes (node, pid) that sent windows")
+    pods: int
+    nodes: int
+    recorded_seconds: float = Field(description="seconds of recording, summed over the windows (so over processes)")
+    first: datetime | None = Field(description="start of the first window")
+    last: datetime | None = Field(description="end of the last window")
+    records: int = Field(description="CUPTI activity records read")
+    dropped_records: int = Field(description="records CUPTI dropped or the probe did not read (figures are low "
+                                             "by about that many kernels and copies)")
+
+
+class KernelOut(BaseModel):
+    name: str = Field(description="demangled kernel name; '(other kernels)' sums those past the probe's 200 per "
+                                  "window")
+    category: str = Field(description="gemm, attention, communication, convolution, normalization, reduction, "
+                                      "memory, elementwise or other (telemetry/kernels.py's patterns)")
+    calls: int
+    calls_per_second: float = Field(description="calls per second of recording")
+    time_seconds: float = Field(description="GPU time in the kernel, summed over calls")
+    share: float = Field(description="of the service's kernel time in the range (0-1)")
+    mean_us: float = Field(description="mean duration of one call (µs)")
+    p95_us: float = Field(description="the largest of the windows' 95th-percentile durations (µs): an upper "
+                                      "bound of the range's p95")
+    short_calls: int = Field(description="calls under 10 µs")
+    grid: list[int] = Field(description="grid of the window in which the kernel took the most time (x, y, z)")
+    block: list[int] = Field(description="block of that window (x, y, z)")
+    registers: int = Field(description="registers per thread")
+    shared_bytes: int = Field(description="shared memory per block (static + dynamic, bytes)")
+    occupancy: float | None = Field(description="theoretical occupancy of that launch shape (0-1; null: unknown "
+                                                "GPU or shape)")
+    trend: list[float | None] = Field(description="share of each bucket's kernel time, one per bucket (null: no "
+                                                  "kernel time in the bucket)")
+
+
+class KernelBucketOut(BaseModel):
+    t: float = Field(description="bucket start, epoch seconds")
+    windows: int
+    recorded_seconds: float
+    kernel_seconds: float
+    idle_share: float | None = Field(description="GPU idle share between kernels in the bucket (null: no kernels)")
+
+
+class CopyOut(BaseModel):
+    kind: str = Field(description="HtoD, DtoH, DtoD, HtoH, PtoP or other")
+    memory: str = Field(description="host memory: pageable, pinned, device, managed or other")
+    calls: int
+    bytes: int
+    time_seconds: float
+    bytes_per_second: float = Field(description="bytes per second of recording")
+
+
+class CallTotals(BaseModel):
+    calls: int
+    time_seconds: float = Field(description="CPU time in the calls (memsets: GPU time)")
+    calls_per_second: float = Field(description="calls per second of recording")
+
+
+class GpuTimeOut(BaseModel):
+    busy_seconds: float = Field(description="union of the kernels' intervals, summed over devices and windows")
+    idle_seconds: float = Field(description="gaps between kernels inside the windows")
+    idle_gaps: int = Field(description="gaps of 10 µs or more")
+    idle_share: float | None = Field(description="idle / (busy + idle): the GPU's idle share between its first and "
+                                                 "last kernel of each window (null: no kernels)")
+
+
+class KernelHintOut(BaseModel):
+    kind: Literal["kernel_fusion", "low_occupancy", "pageable_copies", "sync_heavy", "idle_gpu"]
+    severity: Literal["info", "warning"]
+    message: str = Field(description="the figure and what to do about it")
+    kernels: list[str] = Field(description="the kernels it concerns (none for service-wide hints)")
+    value: float = Field(description="the figure that triggered it (a share or a rate per second)")
+
+
+class KernelsOut(BaseModel):
+    """A service's kernel statistics from the opt-in CUPTI probe over a range."""
+
+    service: str
+    namespace: str | None
+    since: datetime
+    until: datetime
+    bucket_seconds: float = Field(description="width of the trend buckets (the range in 12)")
+    coverage: KernelCoverage
+    kernel_seconds: float = Field(description="GPU time in all kernels")
+    kernel_names: int = Field(description="distinct kernels (the list has the heaviest 'limit')")
+    kernels: list[KernelOut] = Field(description="heaviest first")
+    buckets: list[KernelBucketOut] = Field(description="the range in equal buckets, oldest first")
+    copies: list[CopyOut] = Field(description="summed by direction and host memory, most bytes first")
+    memsets: CallTotals
+    syncs: CallTotals = Field(description="synchronisation calls (cudaDeviceSynchronize, stream and event syncs)")
+    launches: CallTotals = Field(description="runtime API launch calls (cudaLaunchKernel and kin)")
+    gpu: GpuTimeOut
+    hints: list[KernelHintOut] = Field(description="what the figures suggest doing, warnings first")
+
+
+class KernelFrame(BaseModel):
+    """A service's kernel time as the data frame of Grafana's flame graph panel (nested set, depth first)."""
+
+    name: str
+    meta: dict[str, Any] = Field(description="preferredVisualisationType flamegraph; custom: service, namespace, "
+                                             "since, until, unit (µs of kernel time)")
+    fields: list[FrameField] = Field(description="level, value, self and label as parallel arrays, one entry per "
+                                                 "node, depth first from the single root 'total': "
+                                                 "total;service;pod;category;kernel, values in µs of kernel time")

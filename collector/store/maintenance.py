@@ -4,10 +4,11 @@ Why: without TimescaleDB nobody else creates time partitions, fills the rollups 
 drops old data; ``Store.maintain()`` calls :func:`run` periodically (and ``Store.open``
 calls :func:`ensure_partitions`).
 
-* Partitions: ``gpu_samples`` and ``process_samples`` have one partition per UTC day,
-  created two days ahead, plus a DEFAULT partition that catches any other timestamp.
-  Creating a day whose rows already sit in DEFAULT (late or clock-skewed data) moves
-  them into the new partition first, as PostgreSQL requires.
+* Partitions: ``gpu_samples``, ``process_samples`` and the CUPTI probe's ``kernel_windows``
+  and ``kernel_stats`` (migration 0070) have one partition per UTC day, created two days
+  ahead, plus a DEFAULT partition that catches any other timestamp. Creating a day whose
+  rows already sit in DEFAULT (late or clock-skewed data) moves them into the new
+  partition first, as PostgreSQL requires.
 * Rollups: each write marks the 1-minute buckets it touched in ``rollup_pending``;
   :func:`refresh_rollups` takes the marks it can see (``DELETE ... RETURNING``, one
   snapshot, so marks committed later stay for the next run), recomputes exactly those
@@ -52,8 +53,9 @@ from collector.store.schema import (
 
 log = logging.getLogger(__name__)
 
-#: The partitioned raw tables (a whitelist: partition DDL is built from these names).
-PARTITIONED: Final = ("gpu_samples", "process_samples")
+#: The partitioned raw tables (a whitelist: partition DDL is built from these names); the kernel
+#: tables keep the raw samples' retention, as their data is as detailed.
+PARTITIONED: Final = ("gpu_samples", "process_samples", "kernel_windows", "kernel_stats")
 #: (rollup table, bucket column's retention).
 ROLLUP_RETENTION: Final = (
     ("gpu_samples_1m", ROLLUP_1M_RETENTION),

@@ -11,7 +11,9 @@ The fleet (timestamps end a few seconds before the wall clock, so "now" views se
 
 Each node's first GPU (A1, B1) has the lower PCI bus id, so its index is 0.
 
-Samples every 10 s for 30 minutes; rollups filled by ``Store.maintain``. Events,
+Samples every 10 s for 30 minutes; rollups filled by ``Store.maintain``. CUPTI kernel windows
+(:func:`kernel_windows`): research/llm's trainer-0 and trainer-1, prod/chat's serve-1, and a prod pod
+batch-0 running a service also named llm (so scopes must split one service name). Events,
 anomalies, alerts and silences exist for both namespaces. If the anomaly migration
 (common/0020, another issue's) is not there yet, its tables are created here from the
 agreed schema.
@@ -35,8 +37,11 @@ from fastapi.testclient import TestClient
 from collector.api import create_app, tokens
 from collector.api.settings import ApiSettings
 from collector.store import Store, usage
+from collector.store import kernels as kernel_store
+from telemetry.kernels import KernelWindow
 from telemetry.records import EventRecord, GpuRecord, ProcessRecord
 from tests.fixtures_pg import PgServer
+from tests.support.kernel_windows import training
 
 A1 = "GPU-a1a1a1a1-0000-4000-8000-0000000000a1"
 A3 = "GPU-a3a3a3a3-0000-4000-8000-0000000000a3"
@@ -107,6 +112,18 @@ def fleet_records(end: datetime) -> list[GpuRecord]:
     return out
 
 
+def kernel_windows(end: datetime) -> list[KernelWindow]:
+    """Windows a minute apart from 25 minutes before ``end``: trainer-1 six, trainer-0 two,
+    prod's batch-0 (service llm too, three times the GEMM time) two, prod's serve-1 (chat) three."""
+    t0 = (end - timedelta(minutes=25)).timestamp()
+    out = [training(t0 + 60 * i, pid=300, gpu=A3, pod="trainer-1") for i in range(6)]
+    out += [training(t0 + 60 * i + 5, pid=100, gpu=A1, pod="trainer-0") for i in range(2)]
+    out += [training(t0 + 60 * i + 7, pid=200, gpu=A1, namespace="prod", pod="batch-0", scale=3) for i in range(2)]
+    out += [training(t0 + 60 * i, pid=400, node="node-b", gpu=B1, namespace="prod", pod="serve-1", service="chat")
+            for i in range(3)]
+    return out
+
+
 @dataclass
 class Fleet:
     dsn: str
@@ -130,6 +147,7 @@ async def _populate(dsn: str, end: datetime) -> dict[str, str]:
             EventRecord(ts=(end - timedelta(minutes=5)).timestamp(), node="node-b", gpu=B1, kind="xid", code=43,
                         detail="prod xid"),
         ])
+        await kernel_store.save(store.pool, kernel_windows(end))
         await store.maintain(end + timedelta(minutes=2))
         async with store.pool.acquire() as conn:
             await usage.rebuild(conn, end - SPAN - timedelta(minutes=2), end + timedelta(minutes=2))

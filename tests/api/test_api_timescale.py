@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from collector.api import create_app, tokens
 from collector.api.settings import ApiSettings
 from collector.store import Store, usage
-from tests.api.conftest import A1, A3, B1, SPAN, fleet_records
+from collector.store import kernels as kernel_store
+from tests.api.conftest import A1, A3, B1, SPAN, fleet_records, kernel_windows
 from tests.test_store_timescale import PGLITE_POOL, pglite_dsn
 
 __all__ = ["pglite_dsn"]  # the module-scoped PGlite server fixture
@@ -33,6 +34,8 @@ def ts_api(pglite_dsn: str) -> Iterator[tuple[TestClient, dict[str, str], dateti
             records = fleet_records(end)
             for i in range(0, len(records), 40):  # PGlite refuses messages over ~64 KB
                 await store.write(records[i:i + 40])
+            for window in kernel_windows(end):  # one per statement, for the same reason
+                await kernel_store.save(store.pool, [window])
             async with store.pool.acquire() as conn:
                 await usage.rebuild(conn, end - SPAN - timedelta(minutes=2), end + timedelta(minutes=2))
                 admin, _ = await tokens.create(conn, "admin", None)
@@ -75,3 +78,21 @@ def test_fleet_series_and_history_on_timescale(ts_api: tuple[TestClient, dict[st
     assert abs(h["pods"][1]["memory_used_mib_while_running"] - 42_000) < 1e-6
     assert client.get("/api/v1/services/chat/history", headers=research).status_code == 404
     assert client.get("/api/v1/anomalies", headers=admin).status_code == 200
+
+
+def test_service_kernels_on_timescale(ts_api: tuple[TestClient, dict[str, str], datetime]) -> None:
+    """The kernel routes read the hypertables (migration 0070) as they read the plain tables."""
+    client, made, end = ts_api
+    admin = {"Authorization": f"Bearer {made['admin']}"}
+    research = {"Authorization": f"Bearer {made['research']}"}
+    rng = {"since": (end - SPAN).timestamp(), "until": end.timestamp() + 60}
+    body = client.get("/api/v1/services/llm/kernels", headers=admin, params=rng).json()
+    assert (body["coverage"]["windows"], body["coverage"]["pods"], body["kernel_names"]) == (10, 3, 3)
+    assert {h["kind"] for h in body["hints"]} == {"kernel_fusion", "low_occupancy", "pageable_copies", "sync_heavy"}
+    scoped = client.get("/api/v1/services/llm/kernels", headers=research, params=rng).json()
+    assert scoped["coverage"]["windows"] == 8
+    hidden = client.get("/api/v1/services/chat/kernels", headers=research, params=rng)
+    assert hidden.status_code == 404
+    frame = client.get("/api/v1/services/llm/kernels/flamegraph", headers=research, params=rng).json()
+    labels = next(f["values"] for f in frame["fields"] if f["name"] == "label")
+    assert labels[:3] == ["total", "llm", "trainer-0"] and "batch-0" not in labels

@@ -102,6 +102,8 @@ REJECTED = [
     ({"collector": {"kafka": {"fetchMaxWaitMs": 0}}}, "collector.kafka.fetchMaxWaitMs", "1"),
     ({"collector": {"kafka": {"stallAfterSeconds": 0}}}, "collector.kafka.stallAfterSeconds", "0"),
     ({"collector": {"kafka": {"dlqMaxRequestSize": 1000}}}, "collector.kafka.dlqMaxRequestSize", "65536"),
+    ({"agent": {"probe": {"hostPath": "run/gpuwatch"}}}, "agent.probe.hostPath", "pattern"),
+    ({"agent": {"probe": {"hostPath": "/" + "x" * 100}}}, "agent.probe.hostPath", "96"),
 ]
 
 
@@ -126,6 +128,8 @@ CROSS_FIELD = [
     ({"agent": {"sampling": {"intervalFloor": 5, "intervalCeiling": 2}}}, "intervalCeiling (2) must be >="),
     ({"collector": {"kafka": {"fetchMaxBytes": 1 << 20, "maxPartitionFetchBytes": 2 << 20}}},
      "collector.kafka.maxPartitionFetchBytes (2097152) must not exceed collector.kafka.fetchMaxBytes (1048576)"),
+    ({"agent": {"securityContext": {"runAsUser": 65532, "runAsNonRoot": True}}},
+     "agent.probe.enabled needs the agent to run as root (agent.securityContext.runAsUser: 0)"),
 ]
 
 
@@ -200,6 +204,49 @@ def test_host_evidence_reads_the_hosts_cgroup_tree_read_only_and_its_settings_lo
                                 if k.startswith(("GPUWATCH_HOST", "GPUWATCH_INFERENCE"))})
     assert settings.host_evidence and settings.host_cgroup_root == "/host/sys/fs/cgroup"
     assert settings.inference_scrape_period == 5 and settings.inference_scrape_timeout == 1
+
+
+def _probe_parts(rendered: Rendered) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The agent's env, and its volume mounts and volumes of the kernel probe socket."""
+    pod = rendered.one("DaemonSet", "-agent")["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    return (env_of(agent), [m for m in agent["volumeMounts"] if m["name"] == "probe-socket"],
+            [v for v in pod["volumes"] if v["name"] == "probe-socket"])
+
+
+def test_the_kernel_probe_socket_is_a_host_directory_at_its_own_path_and_its_settings_load() -> None:
+    """On by default: the host directory (created if missing) mounted at the same path, where the
+    workloads mount it too; the socket writable by any uid; and the agent's settings load from it."""
+    env, mounts, volumes = _probe_parts(render("defaults"))
+    assert mounts == [{"name": "probe-socket", "mountPath": "/run/gpuwatch"}]
+    assert volumes == [{"name": "probe-socket", "hostPath": {"path": "/run/gpuwatch", "type": "DirectoryOrCreate"}}]
+    assert (env["GPUWATCH_PROBE_SOCKET"], env["GPUWATCH_PROBE_SOCKET_MODE"]) == ("/run/gpuwatch/probe.sock", "0666")
+    from agent.settings import AgentSettings
+
+    settings = AgentSettings(**{k.removeprefix("GPUWATCH_").lower(): v for k, v in env.items()
+                                if k.startswith("GPUWATCH_PROBE")})
+    assert (settings.probe_socket, settings.probe_socket_mode) == ("/run/gpuwatch/probe.sock", 0o666)
+    env, mounts, volumes = _probe_parts(render("defaults", agent={"probe": {"hostPath": "/var/run/gpuwatch-probe/"}}))
+    assert env["GPUWATCH_PROBE_SOCKET"] == "/var/run/gpuwatch-probe/probe.sock"
+    assert mounts[0]["mountPath"] == volumes[0]["hostPath"]["path"] == "/var/run/gpuwatch-probe/"
+    notes = chart.notes(value_set("defaults"))
+    for step in ("mountPath: /run/gpuwatch", "readOnly: true", "GPUWATCH_PROBE=1", "pip install 'gpuwatch[probe]'",
+                 "python -m probe script.py"):
+        assert step in notes, step
+
+
+@pytest.mark.parametrize(("name", "overrides"), [("defaults", {"agent": {"probe": {"enabled": False}}}),
+                                                 ("agent-only", {}), ("spool-emptydir", {})],
+                         ids=["disabled", "without-kafka", "non-root-agent"])
+def test_without_the_kernel_probe_there_is_no_host_directory_and_no_receiver(name: str,
+                                                                            overrides: dict[str, Any]) -> None:
+    env, mounts, volumes = _probe_parts(render(name, **overrides))
+    assert not mounts and not volumes
+    assert env["GPUWATCH_PROBE_SOCKET"] == "" and "GPUWATCH_PROBE_SOCKET_MODE" not in env  # "": the receiver is off
+    from agent.settings import AgentSettings
+
+    assert AgentSettings(probe_socket=env["GPUWATCH_PROBE_SOCKET"]).probe_socket == ""
+    assert "Kernel statistics" not in chart.notes(_merge(value_set(name), overrides))
 
 
 def test_spool_on_emptydir_and_runtime_class() -> None:

@@ -71,7 +71,7 @@ def test_regenerating_gives_the_committed_files_in_both_places() -> None:
 def test_the_issue_s_dashboards_exist_with_datasource_variables() -> None:
     uids = {load(p)["uid"]: load(p) for p in dashboards()}
     assert set(uids) == {"gpuwatch-fleet", "gpuwatch-gpu", "gpuwatch-service-history", "gpuwatch-anomalies",
-                         "gpuwatch-health", "gpuwatch-dcgm"}
+                         "gpuwatch-health", "gpuwatch-dcgm", "gpuwatch-kernels"}
     for uid, d in uids.items():
         kinds = {q.kind for q in QUERIES if q.dashboard == uid}
         ds_vars = {v["query"] for v in d["templating"]["list"] if v["type"] == "datasource"}
@@ -185,6 +185,7 @@ async def _fill(dsn: str) -> None:
     from collector.alerting.service import DetectionService
     from collector.ingest import Inbound, Ingestor
     from collector.store import Store, usage, validate, validate_event
+    from collector.store.kernels import KernelStore
     from gpuwatch.inprocess import InProcessTransport
     from telemetry.records import EventRecord
     from telemetry.wire import Message
@@ -208,7 +209,7 @@ async def _fill(dsn: str) -> None:
     try:
         detection = DetectionService(store.pool, parse_rules(RULES))
         ingestor = Ingestor(store, dead_letter, validate=validate, validate_event=validate_event,
-                            on_committed=detection.on_committed)
+                            on_committed=detection.on_committed, kernels=KernelStore(store.pool))
 
         async def deliver() -> None:
             await asyncio.sleep(0)  # the transport's submit runs on the loop
@@ -239,15 +240,37 @@ async def _fill(dsn: str) -> None:
             if n % 5000 == 0:
                 await deliver()
         transport.submit(Message(b"GPU-x", b"not a frame", framer(REIMAGED).frame_headers))
+        for message in _kernel_messages(start.timestamp()):  # as the agents' probe receivers send them
+            transport.submit(message)
         for f in framers.values():
             f.flush()
         await deliver()
         assert ingestor.counters["gpu_uuid_conflicts"] and ingestor.counters["dead_lettered"], ingestor.counters
+        assert ingestor.counters["kernel_windows"] and not ingestor.counters["bad_kernels"], ingestor.counters
         await store.maintain(END + timedelta(minutes=2))
         async with store.pool.acquire() as conn:
             await usage.rebuild(conn, start - timedelta(minutes=2), END + timedelta(minutes=2))
     finally:
         await store.close()
+
+
+def _kernel_messages(start: float) -> Iterator[Any]:
+    """CUPTI probe windows of two services (two pods of one) every 10 s of the range, and one window the
+    agent could not attribute, as ``kernels`` messages with the identity the agent gives them."""
+    from telemetry.kernels import KernelStat
+    from telemetry.wire import Message, MessageType, stream_headers
+    from tests.support.kernel_windows import training
+
+    pods = (("node-a", "GPU-k1", "research", "trainer-0", "llm", 101), ("node-a", "GPU-k2", "research", "trainer-1",
+            "llm", 102), ("node-b", "GPU-k3", "inference", "serve-0", "chat", 201))
+    for i, ts in enumerate(range(int(start), int(start + HOURS * 3600), 10)):
+        for node, gpu, namespace, pod, service, pid in pods:
+            window = training(float(ts), pid=pid, node=node, gpu=gpu, namespace=namespace, pod=pod, service=service,
+                              scale=1 + i % 3)
+            yield Message(gpu.encode(), window.encode(), stream_headers(MessageType.KERNELS, node, "agent-of-" + node))
+    orphan = dataclasses.replace(training(start + 60, pid=999, node="node-b"), gpu="", namespace="", pod="",
+                                 container="", service="", kernels=(KernelStat("custom_kernel", 5, 50_000, 12_000),))
+    yield Message(b"node-b", orphan.encode(), stream_headers(MessageType.KERNELS, "node-b", "agent-of-node-b"))
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +344,31 @@ def test_every_stored_anomaly_and_event_kind_is_shown_by_kind_without_naming_one
     assert "info" in severities and severities <= {v.strip() for v in severity["query"].split(",")}
     for q in QUERIES:
         assert not re.search(r"\bkind\s*(=|<>|!=|IN\b|~)", q.text, re.IGNORECASE), f"{q.id} singles out a kind"
+
+
+def test_the_kernel_flame_graph_is_a_nested_set_in_depth_first_order(filled_db: str) -> None:
+    """What Grafana's flame graph panel needs: one root, each node right before its children, a
+    node's value the sum of its children's, leaves' self their value; levels total, service, pod,
+    category, kernel; the unattributed window under its own service."""
+    (query,) = [q for q in SQL if q.dashboard == "gpuwatch-kernels" and q.where.startswith("Kernel time:")]
+    sql = expand_sql_macros(substitute(query.text, _sql_values(filled_db, query.dashboard), sql=True),
+                            END - timedelta(hours=2), END + timedelta(minutes=5))
+    rows = [(r["level"], r["value"], r["self"], r["label"]) for r in asyncio.run(_fetch(filled_db, sql))]
+    assert rows[0][0] == 0 and rows[0][3] == "total" and [r[0] for r in rows].count(0) == 1
+    children: dict[int, list[int]] = {}
+    parents: list[int] = []  # the open node of each level
+    for i, (level, value, own, _label) in enumerate(rows):
+        assert level <= (rows[i - 1][0] + 1 if i else 0), f"row {i} skips a level: {rows[i - 1:i + 1]}"
+        del parents[level:]
+        if parents:
+            children.setdefault(parents[-1], []).append(i)
+        parents.append(i)
+        assert value > 0 and own == (value if level == 4 else 0), rows[i]
+    for parent, kids in children.items():
+        assert abs(rows[parent][1] - sum(rows[k][1] for k in kids)) < 1e-6 * rows[parent][1], rows[parent]
+        labels = [rows[k][3] for k in kids]
+        assert len(set(labels)) == len(labels), labels
+    assert {r[3] for r in rows if r[0] == 1} == {"chat", "llm", "(unattributed)"}
+    assert {r[3] for r in rows if r[0] == 2} >= {"research/trainer-0", "research/trainer-1", "inference/serve-0",
+                                                 "(no pod)"}
+    assert {r[3] for r in rows if r[0] == 3} >= {"gemm", "attention", "elementwise"}

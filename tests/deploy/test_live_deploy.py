@@ -37,6 +37,10 @@ def test_the_agent_runs_from_the_daemonset_and_sends(stack: Stack) -> None:
     # the spool is where the manifest mounts it (a hostPath here mapped to a directory)
     assert stack.agent.env["GPUWATCH_SPOOL_DIR"] == stack.agent.host_path("/var/lib/gpuwatch/spool")
     assert Path(stack.agent.env["GPUWATCH_SPOOL_DIR"]).is_dir()
+    # so is the kernel probe's socket, bound by the agent, writable by workloads of any uid
+    probe = Path(stack.agent.env["GPUWATCH_PROBE_SOCKET"])
+    assert probe == Path(stack.agent.host_path("/run/gpuwatch/probe.sock"))
+    assert probe.is_socket() and probe.stat().st_mode & 0o777 == 0o666
 
 
 def test_the_images_healthchecks_pass_against_the_running_processes(stack: Stack) -> None:

@@ -1,6 +1,6 @@
 // gpuwatch web page: reads only the public REST API (/api/v1) with the user's token.
 // Views: #/ (fleet), #/incidents (anomalies, alerts, events), #/gpu/<uuid>,
-// #/service/<namespace>/<name>. Charts: Plotly, served from the installed plotly package at
+// #/service/<namespace>/<name>, #/kernels/<namespace>/<name> (the CUPTI probe's kernels). Charts: Plotly, served from the installed plotly package at
 // /vendor/plotly.min.js. Empty buckets arrive as nulls and are drawn as gaps (connectgaps off).
 "use strict";
 
@@ -93,9 +93,12 @@ const gpuName = (g) => `${g.node} · GPU ${g.gpu_index == null ? "?" : g.gpu_ind
 const podName = (p) => `${p.namespace || "?"}/${p.pod || "?"}`;
 const serviceHref = (ns, svc) => `#/service/${encodeURIComponent(ns || "")}/${encodeURIComponent(svc)}`;
 const gpuHref = (uuid) => "#/gpu/" + encodeURIComponent(uuid);
+const kernelsHref = (ns, svc) => `#/kernels/${encodeURIComponent(ns || "")}/${encodeURIComponent(svc)}`;
 
 function show(id) {
-  for (const s of ["#fleet-view", "#incidents-view", "#gpu-view", "#service-view"]) $(s).hidden = s !== id;
+  for (const s of ["#fleet-view", "#incidents-view", "#gpu-view", "#service-view", "#kernels-view"]) {
+    $(s).hidden = s !== id;
+  }
 }
 
 function podsInto(td, pods) {
@@ -271,7 +274,7 @@ async function showProfile(a) {
 
 // The data frame of Grafana's flame graph panel (level, value, self, label: nested set, depth
 // first) as nested bars: a node starts where its previous sibling ended, under its parent.
-function drawFlameGraph(box, frame) {
+function drawFlameGraph(box, frame, unit = "samples") {
   const f = Object.fromEntries(frame.fields.map((x) => [x.name, x.values]));
   const total = f.value[0] || 1;
   const next = [];  // per level: where the next child of the node open at the level above starts
@@ -288,7 +291,7 @@ function drawFlameGraph(box, frame) {
     bar.style.width = `${(100 * f.value[i]) / total}%`;
     bar.style.top = `${level * 18}px`;
     bar.style.background = `hsl(${20 + ((f.label[i].length * 37) % 40)}, 85%, ${62 + (level % 3) * 6}%)`;
-    bar.title = `${f.label[i]}\n${f.value[i]} samples (${((100 * f.value[i]) / total).toFixed(1)} %), ` +
+    bar.title = `${f.label[i]}\n${f.value[i]} ${unit} (${((100 * f.value[i]) / total).toFixed(1)} %), ` +
       `${f.self[i]} in the frame itself`;
     box.appendChild(bar);
   }
@@ -498,6 +501,7 @@ function serviceStep(seconds) {
 async function serviceView(namespace, name) {
   show("#service-view");
   $("#service-title").textContent = `${namespace || "?"}/${name}`;
+  $("#service-kernels").href = kernelsHref(namespace, name);
   const span = Number($("#service-range").value);
   const end = Date.now() / 1000;
   const step = serviceStep(span);
@@ -547,6 +551,52 @@ async function serviceView(namespace, name) {
   if (!h.pods.length) tbody.appendChild(emptyRow(11, "no pod of this service held a GPU in this range"));
 }
 
+const SPARK = "▁▂▃▄▅▆▇█";
+// a kernel's share per bucket as a line of block characters (a dot where the bucket had no kernels)
+const spark = (trend) => trend.map((v) => (v == null ? "·" : SPARK[Math.min(7, Math.floor(v * 8))])).join("");
+const micro = (us) => (us >= 1000 ? `${(us / 1000).toFixed(2)} ms` : `${us.toFixed(1)} µs`);
+
+// A service's kernels (GET /services/{name}/kernels): coverage, hints, the heaviest kernels with their
+// share and trend, and the flame graph of kernel time (pod, category, kernel) drawn as the CPU profile's.
+async function kernelsView(namespace, name) {
+  show("#kernels-view");
+  $("#kernels-title").textContent = `${namespace || "?"}/${name}`;
+  const end = Date.now() / 1000;
+  const params = { since: (end - Number($("#kernels-range").value)).toFixed(0), until: end.toFixed(0),
+                   namespace: namespace || null };
+  const path = `/services/${encodeURIComponent(name)}/kernels`;
+  const [k, frame] = await Promise.all([api(path, { ...params, limit: 20 }), api(path + "/flamegraph", params)]);
+  const c = k.coverage;
+  $("#kernels-summary").textContent =
+    `${c.windows} windows of ${c.processes} process${c.processes === 1 ? "" : "es"} in ${c.pods} pod` +
+    `${c.pods === 1 ? "" : "s"}, ${c.recorded_seconds.toFixed(0)} s recorded; ${k.kernel_names} kernels, ` +
+    `${k.kernel_seconds.toFixed(2)} s of kernel time; GPU idle between kernels ${pct(k.gpu.idle_share)}; ` +
+    `${k.syncs.calls_per_second.toFixed(0)} syncs/s, ${k.launches.calls_per_second.toFixed(0)} launches/s` +
+    (c.dropped_records ? `; ${c.dropped_records} CUPTI records dropped` : "");
+  const hints = $("#kernel-hints");
+  hints.replaceChildren();
+  for (const h of k.hints) hints.appendChild(el("li", h.message, h.severity));
+  if (!k.hints.length) hints.appendChild(el("li", "no hint: nothing in these figures stands out"));
+  const tbody = $("#kernels tbody");
+  tbody.replaceChildren();
+  for (const x of k.kernels) {
+    const tr = document.createElement("tr");
+    cell(tr, x.name, "kernel");
+    cell(tr, x.category);
+    cell(tr, pct(x.share), "num");
+    cell(tr, fixed(x.time_seconds, "s", 3), "num");
+    cell(tr, x.calls_per_second.toFixed(0), "num");
+    cell(tr, micro(x.mean_us), "num");
+    cell(tr, micro(x.p95_us), "num");
+    cell(tr, `${x.grid.join("×")} × ${x.block.join("×")}`).title =
+      `${x.registers} registers/thread, ${x.shared_bytes} B shared memory/block`;
+    cell(tr, pct(x.occupancy), "num");
+    cell(tr, spark(x.trend), "spark").title = x.trend.map((v) => pct(v)).join(" ");
+    tbody.appendChild(tr);
+  }
+  drawFlameGraph($("#kernel-flamegraph"), frame, "µs");
+}
+
 async function route() {
   clearTimeout(refreshTimer);
   if (!token()) {
@@ -560,6 +610,7 @@ async function route() {
   try {
     if (parts[0] === "gpu" && parts[1]) await gpuView(parts[1]);
     else if (parts[0] === "service" && parts[2]) await serviceView(parts[1], parts[2]);
+    else if (parts[0] === "kernels" && parts[2]) await kernelsView(parts[1], parts[2]);
     else if (parts[0] === "incidents") await incidentsView();
     else await fleetView();
     setStatus("");
@@ -593,7 +644,9 @@ window.addEventListener("DOMContentLoaded", () => {
     $("#token").value = "";
     whoami().then(route);
   });
-  for (const id of ["#gpu-range", "#service-range", "#incidents-range"]) $(id).addEventListener("change", route);
+  for (const id of ["#gpu-range", "#service-range", "#incidents-range", "#kernels-range"]) {
+    $(id).addEventListener("change", route);
+  }
   window.addEventListener("hashchange", route);
   if (token()) whoami();
   route();

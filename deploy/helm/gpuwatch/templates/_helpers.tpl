@@ -213,6 +213,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.collector.enabled (gt (int64 .Values.collector.kafka.maxPartitionFetchBytes) (int64 .Values.collector.kafka.fetchMaxBytes)) -}}
 {{- fail (printf "collector.kafka.maxPartitionFetchBytes (%v) must not exceed collector.kafka.fetchMaxBytes (%v)" (int64 .Values.collector.kafka.maxPartitionFetchBytes) (int64 .Values.collector.kafka.fetchMaxBytes)) -}}
 {{- end -}}
+{{- if and .Values.agent.enabled .Values.agent.probe.enabled .Values.kafka.bootstrap (ne (toString (.Values.agent.securityContext | default dict).runAsUser) "0") -}}
+{{- fail "agent.probe.enabled needs the agent to run as root (agent.securityContext.runAsUser: 0): the kubelet creates agent.probe.hostPath owned by root (0755), where another user cannot bind the probe socket; set agent.probe.enabled=false, or runAsUser: 0" -}}
+{{- end -}}
 {{- if and .Values.agent.sampling (lt (float64 .Values.agent.sampling.intervalCeiling) (float64 .Values.agent.sampling.intervalFloor)) -}}
 {{- fail (printf "agent.sampling.intervalCeiling (%v) must be >= intervalFloor (%v)" .Values.agent.sampling.intervalCeiling .Values.agent.sampling.intervalFloor) -}}
 {{- end -}}
