@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 from gpuwatch.errors import UserError
 from gpuwatch.shutdown import Parts
+from telemetry.kernels import UNATTRIBUTED
 
 log = logging.getLogger("gpuwatch.up")
 SESSION_TOKEN_NAME = "gpuwatch up (this run)"
@@ -380,6 +382,8 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
                      if session_token is not None else f"  web page: {api.url}/")
     lines.append(f"  kernel probe: GPUWATCH_PROBE=1 GPUWATCH_PROBE_SOCKET={receiver.sock.path} python -m probe "
                  "your_script.py" if receiver is not None else "  kernel probe: off")
+    if receiver is not None and api is not None:
+        lines.append(f"                {api.url}/#/kernels//{quote(UNATTRIBUTED)} (processes outside any pod)")
     print("\n".join(lines), flush=True)
 
     if args.duration is not None:

@@ -34,6 +34,9 @@ MAX_KERNELS: Final = 200
 MAX_NAME_CHARS: Final = 512
 MAX_TEXT_CHARS: Final = 256
 OTHER_KERNELS: Final = "(other kernels)"
+#: the service name under which windows of processes outside any pod are read back (a
+#: workstation under ``gpuwatch up``, a bare-metal node); only unscoped tokens see them
+UNATTRIBUTED: Final = "(unattributed)"
 #: a kernel shorter than this is a fusion candidate when it comes in numbers (issue 15's hint)
 SHORT_KERNEL_NS: Final = 10_000
 

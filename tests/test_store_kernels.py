@@ -17,7 +17,7 @@ import pytest
 
 from collector.store import Store, StoreRefused
 from collector.store import kernels as K
-from telemetry.kernels import KernelStat, KernelWindow
+from telemetry.kernels import UNATTRIBUTED, KernelStat, KernelWindow
 from tests.support.kernel_windows import ADD, ATTENTION, GEMM, TRAIN_NS, training
 from tests.test_store_plain import T0, with_store
 from tests.test_store_timescale import pglite_dsn
@@ -184,3 +184,18 @@ def test_timescale_hypertables_policies_compression_and_redelivery(pglite_dsn: s
     assert out["again"] == [0, 0]
     _check_reads(out["reads"], t0)
     assert out["kept"] == 4
+
+
+def test_a_process_outside_any_pod_is_read_back_as_unattributed_by_unscoped_callers_only(pg_db: str) -> None:
+    """A workstation under ``gpuwatch up`` (or a bare-metal node) has no pods: its windows come
+    with no namespace and no service, and must still be readable, but by unscoped tokens alone."""
+    bare = training(T0.timestamp(), namespace="", pod="", service="")
+
+    async def body(store: Store) -> tuple[int, int, int]:
+        await K.save(store.pool, [bare])
+        span = (T0 - timedelta(minutes=1), T0 + timedelta(minutes=1))
+        return ((await K.totals(store.pool, K.Selection(UNATTRIBUTED, *span))).windows,
+                (await K.totals(store.pool, K.Selection(UNATTRIBUTED, *span, scope=["research"]))).windows,
+                (await K.totals(store.pool, K.Selection("llm", *span))).windows)
+
+    assert with_store(pg_db, body) == (1, 0, 0)

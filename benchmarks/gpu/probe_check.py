@@ -16,6 +16,12 @@ Parts (each writes ``$OUT/probe-<part>.json``):
   probe's windows go to a Unix datagram socket read in this process, so the whole path runs;
   ``default`` is the shipped duty cycle (up to 1 s in every 10 s, 5,000 records at most),
   ``always`` records back to back (1-s windows every second, no record cap).
+* ``local``: the same cost measured where it happens. Rounds compare slow-drifting host
+  speed (a launch-bound loop varied ±15% between 20-s rounds on the H200 host), so here the
+  probe runs at its default duty for 60 s while every batch of the loop is timed; batches that
+  overlap a window (from its start to 50 ms after its end: the fold and send) are compared with
+  the median batch of the 2 s around it. The extra time over all windows, divided by the run's
+  length, is the probe's cost.
 * ``conflict``: with ``torch.profiler`` recording, a probe window is skipped, and the probe
   does not take CUPTI from it.
 """
@@ -185,6 +191,41 @@ def overhead(sink: Sink, settings: ProbeSettings, round_s: float, pairs: dict[st
     return out
 
 
+def local(sink: Sink, seconds: float = 60.0) -> dict[str, Any]:
+    t = tensors()
+    out: dict[str, Any] = {"seconds_per_loop": seconds}
+    for name, fn in (("tiny_kernels", tiny_kernels), ("train_like", train_like)):
+        for _ in range(3):
+            fn(t)
+        w0 = len(sink.windows)
+        probe = Probe(ProbeSettings(socket=sink.path))
+        assert probe.start(), probe.reason
+        batches: list[tuple[float, float]] = []
+        start = time.time()
+        while time.time() - start < seconds:
+            b0 = time.time()
+            fn(t)
+            batches.append((b0, time.time()))
+        probe.stop()
+        time.sleep(0.3)
+        spans = [(w.ts, w.ts + w.duration_s + 0.05) for w in sink.windows[w0:]]
+        extra = 0.0
+        hit = 0
+        for a, b in spans:
+            inside = [(x, y) for x, y in batches if y > a and x < b]
+            around = [y - x for x, y in batches if (a - 1.0 <= x < a) or (b < x <= b + 1.0)]
+            if not inside or len(around) < 5:
+                continue
+            base = statistics.median(around)
+            extra += sum((y - x) - base for x, y in inside)
+            hit += 1
+        total = batches[-1][1] - batches[0][0]
+        out[name] = {"windows": len(spans), "windows_measured": hit, "extra_s": extra, "run_s": total,
+                     "overhead": extra / total, "batch_median_s": statistics.median(y - x for x, y in batches),
+                     "window_s_mean": statistics.mean(w.duration_s for w in sink.windows[w0:]) if spans else 0}
+    return out
+
+
 def conflict(sink: Sink) -> dict[str, Any]:
     t = tensors()
     from torch.profiler import ProfilerActivity, profile
@@ -226,6 +267,8 @@ def main(parts: list[str]) -> int:
         elif part == "always":
             res = overhead(sink, ProbeSettings(period_s=1.0, window_s=1.0, max_records=10**9, socket=sink.path),
                            10.0, {"train_like": 3, "tiny_kernels": 3})
+        elif part == "local":
+            res = local(sink)
         elif part == "conflict":
             res = conflict(sink)
         else:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from collector.store.writer import _CONNECTION_ERRORS, _REFUSALS, StoreRefused
-from telemetry.kernels import KernelStat, KernelWindow
+from telemetry.kernels import UNATTRIBUTED, KernelStat, KernelWindow
 
 _INT64_MAX: Final = 2**63 - 1
 #: rows per INSERT statement (parameters stay small; one transaction for the whole batch)
@@ -192,7 +192,7 @@ class Selection:
 
 
 #: $1 service, $2 namespace (or NULL), $3 scope (or NULL), $4 since, $5 until
-_WHERE: Final = ("service = $1 AND ($2::text IS NULL OR namespace = $2::text) "
+_WHERE: Final = ("coalesce(service, '" + UNATTRIBUTED + "') = $1 AND ($2::text IS NULL OR namespace = $2::text) "
                  "AND ($3::text[] IS NULL OR namespace = ANY($3::text[])) "
                  "AND ts >= $4::timestamptz AND ts < $5::timestamptz")
 #: the time bucket of a row ($6 bucket width in seconds, $7 buckets)
