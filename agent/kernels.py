@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from agent.cpuclock import ThreadCpu
-from agent.probe_socket import Credentials, Datagram, ProbeSocket
+from agent.probe_socket import Credentials, Datagram, ProbeSocket, ProbeSocketError
 from agent.profiling import CpuAllowance
 from agent.stats import counter, snapshot
 from telemetry.kernels import MAX_TEXT_CHARS, MAX_VALUE_BYTES, KernelWindow
@@ -261,11 +261,16 @@ class KernelReceiver:
 
 
 def socket_from_settings(settings: AgentSettings, *, path: str | None = None, mode: int | None = None,
-                         holder: str = "gpuwatch agent") -> ProbeSocket | None:
+                         holder: str = "gpuwatch agent", explicit: bool | None = None) -> ProbeSocket | None:
     """The probe socket of an agent's settings, bound and locked (``path`` and ``mode`` override
     theirs: ``gpuwatch up`` puts an owner-only socket in its data directory); None when the path is
-    empty. Bound before anything else starts, so that a second agent on the path stops at once:
-    :class:`~agent.probe_socket.ProbeSocketError` says who holds it."""
+    empty. Bound before anything else starts, so that a second agent on a path it was given
+    (``explicit``: GPUWATCH_PROBE_SOCKET is set, as the chart does) stops at once:
+    :class:`~agent.probe_socket.ProbeSocketError` says who holds it. On a path nobody chose (the
+    default), the receiver is optional: a held or unwritable path turns it off with one line, and
+    the agent runs on (several simulated agents on one host, a user without /run/gpuwatch)."""
+    if explicit is None:
+        explicit = bool(os.environ.get("GPUWATCH_PROBE_SOCKET"))
     path = settings.probe_socket if path is None else path
     if not path:
         log.info("kernel probe receiver off (GPUWATCH_PROBE_SOCKET is empty)")
@@ -273,7 +278,13 @@ def socket_from_settings(settings: AgentSettings, *, path: str | None = None, mo
     if not hasattr(socket, "SO_PASSCRED"):  # macOS: no sender credentials, so no way to know who wrote
         log.warning("kernel probe receiver off: this platform has no SO_PASSCRED (Linux only)")
         return None
-    return ProbeSocket(Path(path), settings.probe_socket_mode if mode is None else mode, holder)
+    try:
+        return ProbeSocket(Path(path), settings.probe_socket_mode if mode is None else mode, holder)
+    except ProbeSocketError as exc:
+        if explicit:
+            raise
+        log.warning("kernel probe receiver off: %s", exc)
+        return None
 
 
 def from_settings(settings: AgentSettings, sock: ProbeSocket, instance: str, submit: Submit,

@@ -185,14 +185,15 @@ def _probe_socket(settings: Any, data_dir: Path) -> Any:
     from agent.kernels import socket_from_settings
     from agent.probe_socket import MAX_PATH_BYTES, ProbeSocketError
 
-    path = settings.probe_socket if "GPUWATCH_PROBE_SOCKET" in os.environ else str(data_dir / PROBE_SOCKET_NAME)
+    explicit = "GPUWATCH_PROBE_SOCKET" in os.environ
+    path = settings.probe_socket if explicit else str(data_dir / PROBE_SOCKET_NAME)
     if len(os.fsencode(path)) > MAX_PATH_BYTES:
         print(f"gpuwatch up: no kernel probe receiver: {path} is longer than a Unix socket path may be "
               f"({MAX_PATH_BYTES} bytes); set GPUWATCH_PROBE_SOCKET to a shorter one", file=sys.stderr)
         return None
     mode = settings.probe_socket_mode if "GPUWATCH_PROBE_SOCKET_MODE" in os.environ else 0o600
     try:
-        return socket_from_settings(settings, path=path, mode=mode, holder="gpuwatch up")
+        return socket_from_settings(settings, path=path, mode=mode, holder="gpuwatch up", explicit=explicit)
     except ProbeSocketError as exc:
         raise UserError(str(exc)) from None
 
@@ -272,7 +273,7 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
         await ensure_database(pg.dsn("postgres"), "gpuwatch")
         dsn = pg.dsn("gpuwatch")
         where, access = f"embedded PostgreSQL in {pg.root}", f"; its Unix socket only, for {_owner()} alone"
-    probe_socket = _probe_socket(settings, data_dir)  # a second `up --db` on this data directory stops here
+    probe_socket = _probe_socket(settings, data_dir)  # held by another `up --db`: off, unless the path was given
     if probe_socket is not None:
         stack.callback(probe_socket.close)
     from collector.store import MigrationError

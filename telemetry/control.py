@@ -20,10 +20,9 @@ a malformed one is rejected with a message that names the field.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
-from telemetry.wire import TYPE_HEADER, Headers, MessageType, json_object
+from telemetry.wire import TYPE_HEADER, Headers, MessageType, finite_number, json_object
 
 #: The telemetry topic unless configured (agent and collector settings default to it).
 DEFAULT_TOPIC = "gpu.telemetry"
@@ -155,6 +154,6 @@ def _object(raw: bytes, expected: MessageType | None) -> dict[str, object]:
 
 
 def _ts(ts: object) -> float:
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+    if not finite_number(ts):
         raise ControlError("control message field 'ts' must be a finite number")
     return float(ts)

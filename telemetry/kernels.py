@@ -20,12 +20,11 @@ aside.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from telemetry.wire import MessageType, json_object
+from telemetry.wire import MessageType, finite_number, json_object
 
 #: a kernels message's value (and one probe datagram) is at most this large
 MAX_VALUE_BYTES: Final = 192 << 10  # under Linux's default socket send buffer (208 KiB): one datagram
@@ -234,7 +233,7 @@ class KernelWindow:
         copies = _list(body, "copies", 64)
         extra = body.get("extra", {})
         if not isinstance(extra, dict) or len(extra) > 32 or not all(
-                isinstance(k, str) and len(k) <= 64 and _finite(v) for k, v in extra.items()):
+                isinstance(k, str) and len(k) <= 64 and finite_number(v) for k, v in extra.items()):
             raise ValueError("kernels message field 'extra' must be an object of at most 32 finite numbers")
         counts = {name: _int(body, name) for name in (
             "memset_calls", "memset_ns", "sync_calls", "sync_ns", "launch_calls", "launch_ns", "busy_ns",
@@ -247,24 +246,15 @@ class KernelWindow:
                    extra={k: float(v) for k, v in extra.items()}, **counts, **texts)  # type: ignore[arg-type]
 
 
-def _finite(value: object) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer past float's range (JSON allows 10**400): not a number we take
-        return False
-
-
 def _name(key: str, where: str) -> str:
     return f"'{where}.{key}'" if where else f"'{key}'"
 
 
 def _number(obj: dict[str, object], key: str, low: float, high: float, where: str = "") -> float:
     value = obj.get(key)
-    if not _finite(value) or not low <= float(value) <= high:  # type: ignore[arg-type]
+    if not finite_number(value) or not low <= float(value) <= high:
         raise ValueError(f"kernels message field {_name(key, where)} must be a number in [{low:g}, {high:g}]")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _int(obj: dict[str, object], key: str, low: int = 0, high: int = 2**63 - 1, where: str = "") -> int:
@@ -307,14 +297,14 @@ def _object(obj: object, where: str) -> dict[str, object]:
 def _kernel(raw: object, where: str) -> KernelStat:
     obj = _object(raw, where)
     occ = obj.get("occupancy")
-    if occ is not None and (not _finite(occ) or not 0.0 <= float(occ) <= 1.0):  # type: ignore[arg-type]
+    if occ is not None and (not finite_number(occ) or not 0.0 <= float(occ) <= 1.0):
         raise ValueError(f"kernels message field '{where}.occupancy' must be null or a number in [0, 1]")
     calls = _int(obj, "calls", 1, where=where)
     return KernelStat(_text(obj, "name", where, MAX_NAME_CHARS, nonempty=True), calls,
                       _int(obj, "total_ns", where=where),
                       _int(obj, "p95_ns", where=where), _triple(obj, "grid", where), _triple(obj, "block", where),
                       _int(obj, "registers", 0, 65536, where), _int(obj, "shared_bytes", 0, 2**32, where),
-                      None if occ is None else float(occ),  # type: ignore[arg-type]
+                      None if occ is None else float(occ),
                       _int(obj, "short_calls", 0, calls, where))
 
 

@@ -18,11 +18,10 @@ and set it aside.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias, get_args
 
-from telemetry.wire import MessageType, json_object
+from telemetry.wire import MessageType, finite_number, json_object
 
 Status: TypeAlias = Literal[
     "captured", "disabled", "no_process", "not_python", "process_gone", "rate_limited", "cpu_budget",
@@ -116,7 +115,7 @@ class ProfileResult:
         node, gpu = _text(body, "node", nonempty=True), _text(body, "gpu", nonempty=True)
         anomaly = _int(body, "anomaly", 1, 2**63 - 1)
         ts = body.get("ts")
-        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        if not finite_number(ts):
             raise ValueError("profile message field 'ts' must be a finite number")
         procs = body.get("processes")
         if not isinstance(procs, list) or len(procs) > MAX_PROCESSES:

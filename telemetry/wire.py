@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeGuard
 
 from telemetry.records import EventRecord
 
@@ -107,6 +108,18 @@ def decode_event(value: bytes) -> EventRecord:
     if not isinstance(detail, str):
         raise ValueError("field 'detail' must be a string")
     return EventRecord(float(obj["ts"]), obj["node"], obj["gpu"], obj["kind"], code, detail)
+
+
+def finite_number(value: object) -> TypeGuard[int | float]:
+    """Whether a decoded JSON value is a finite int or float (not a bool). JSON allows integers
+    like 10**400, which ``math.isfinite`` refuses with OverflowError: such a value is no number
+    a field takes, and saying so is the decoder's job, not an exception's."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def json_object(raw: bytes, what: str, error: type[ValueError] = ValueError) -> dict[str, object]:

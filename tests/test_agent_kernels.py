@@ -348,6 +348,28 @@ def test_a_second_agent_or_up_on_the_socket_stops_in_one_line(short_dir: Path, c
         "receiver off")
 
 
+def test_a_held_socket_on_a_path_nobody_chose_turns_the_receiver_off_not_the_agent(
+        short_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Several simulated agents (or `up --db` runs) on one host share the default path: the
+    first gets the receiver, the others run on without it and say so in one line. On a path
+    that was given (the chart sets GPUWATCH_PROBE_SOCKET), a held socket is still refused."""
+    from agent.kernels import socket_from_settings
+    from agent.settings import AgentSettings
+
+    path = short_dir / "probe.sock"
+    holder = _held_elsewhere(path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="agent.kernels"):
+            assert socket_from_settings(AgentSettings(), path=str(path), explicit=False) is None
+        with pytest.raises(ProbeSocketError, match="already receives"):
+            socket_from_settings(AgentSettings(), path=str(path), explicit=True)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("kernel probe receiver off: gpuwatch agent (PID ")
+
+
 def test_the_receiver_stops_cleanly_and_gives_the_path_back(short_dir: Path) -> None:
     path = short_dir / "probe.sock"
     cpu = ThreadCpu()

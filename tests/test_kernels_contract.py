@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,3 +95,19 @@ def test_hostile_shapes_are_value_errors() -> None:
 
 def test_the_template_round_trips() -> None:
     assert KernelWindow.decode(training(1.7e9).encode()) == training(1.7e9)
+
+
+def test_an_integer_past_float_range_is_a_wrong_field_in_every_json_decoder() -> None:
+    """JSON allows ``10**400``; ``math.isfinite`` raises OverflowError on it, which would have
+    escaped the profile and control decoders and stopped the loop that called them."""
+    from telemetry.control import ControlError, decode_control
+    from telemetry.profile import ProfileResult
+
+    huge = b"9" * 400
+    with pytest.raises(ValueError, match="'ts'"):
+        ProfileResult.decode(b'{"type":"profile","node":"n","gpu":"g","anomaly":1,"ts":' + huge
+                             + b',"processes":[],"status":"disabled"}')
+    with pytest.raises(ControlError):
+        decode_control(b'{"type":"keyframe_request","node":"n","gpu":"g","reason":"r","ts":' + huge + b"}")
+    with pytest.raises(ValueError, match="'ts'"):
+        KernelWindow.decode(b'{"type":"kernels","ts":' + huge + b',"duration_s":1,"period_s":10,"pid":1}')
