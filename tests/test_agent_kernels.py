@@ -484,11 +484,11 @@ def test_gpuwatch_agent_receives_windows_and_counts_them_on_metrics(short_dir: P
         def counted() -> str | None:
             with urllib.request.urlopen(url, timeout=10) as resp:
                 text: str = resp.read().decode()
-            return text if "gpuwatch_agent_probe_windows_forwarded_total 1.0" in text else None
+            # both handled: the window's forward is counted before the second datagram is read
+            return text if all(f"gpuwatch_agent_probe_{name}" in text for name in (
+                "datagrams_total 2.0", "windows_forwarded_total 1.0", "rejected_total 1.0")) else None
 
-        text = wait_until(counted, timeout=30, what="the window counted on /metrics")
-        assert "gpuwatch_agent_probe_datagrams_total 2.0" in text
-        assert "gpuwatch_agent_probe_rejected_total 1.0" in text
+        text = wait_until(counted, timeout=30, what="both datagrams counted on /metrics")
         assert 'gpuwatch_agent_cpu_seconds_total{account="kernels"}' in text
     finally:
         agent.send_signal(signal.SIGTERM)
