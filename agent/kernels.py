@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 from agent.cpuclock import ThreadCpu
 from agent.probe_socket import Credentials, Datagram, ProbeSocket, ProbeSocketError
 from agent.profiling import CpuAllowance
+from agent.sampler import Identity
 from agent.stats import counter, snapshot
 from telemetry.kernels import MAX_TEXT_CHARS, MAX_VALUE_BYTES, KernelWindow
 from telemetry.ratelimit import RateLimitedLog
@@ -76,17 +77,7 @@ class KernelReceiverStats:
         "Probe datagrams dropped undecoded while the receiver was over its CPU budget (GPUWATCH_PROBE_CPU_BUDGET).")
 
 
-class Who(Protocol):
-    """What the receiver reads of an attribution identity (agent.attribution.Identity has it)."""
-
-    @property
-    def namespace(self) -> str | None: ...
-    @property
-    def pod(self) -> str | None: ...
-    @property
-    def container(self) -> str | None: ...
-    @property
-    def service(self) -> str | None: ...
+Who = Identity  # what the receiver reads of an attribution identity: the sampler's view of it
 
 
 class PodLookup(Protocol):
