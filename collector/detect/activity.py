@@ -38,9 +38,11 @@ is told from behaviour):
   holds (a replica still falling is draining: it must settle before it counts); and only
   when nothing explains it as demand: its activity did not go to near
   zero (a drained replica), the other replicas did not step down with it (traffic moved
-  away from all of them), no other replica stepped up as much at the same moment
-  (traffic moved to it), and when replicas were added just before, no other replica
-  fell with it (the load was shared out anew). Like a steady job's, it must outlast the
+  away from all of them), no other replica stepped up as much at the same moment, nor
+  up to four of them together (traffic moved to it or to them), and when replicas were
+  added or restarted just before, no other replica fell with it (the load was shared out
+  anew) and the fall is no deeper than ``k`` newcomers could take (``k / (k + 1)`` of its
+  load; a replica that exits only makes the others busier). Like a steady job's, it must outlast the
   dips this replica already recovered from. Demand signals (request rates, queue
   depths), once they exist, are one more explanation of the same kind, or their absence
   one more piece of evidence: ``_demand_explains`` is where they plug in.
@@ -173,8 +175,17 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
     ref = lv.step_anchor()
     new = lv.cusum_sum / lv.cusum_n
     end, rough = lv.step_line()
-    if end > ref and rough <= 0.25 * (end - new):
+    rising = end > ref and rough <= 0.25 * (end - new)
+    if rising:
         ref = end  # on a smooth rising wave: it fell from where the wave had taken it
+    if new >= cfg.step_ratio * ref:
+        return False
+    if not rising:
+        # on a smooth falling wave the anchor (held where the run began) is above where the wave has
+        # taken it since: the run is judged against the wave, read in its middle
+        on, rough = lv.step_line(0.5 * (since + ts))
+        if on < ref and rough <= 0.25 * (ref - on):
+            ref = on
     fall = ref - new
     if new < cfg.step_ratio * ref and fall >= 0.1 and lv.high_within(ts, ts - since + _STEP_S) >= ref - 0.5 * fall:
         # a new level 35% lower, and still up half a minute before it: judged from when it fell
@@ -194,26 +205,30 @@ def _fell(p: GpuState, ratio: float) -> bool:
     return anchor > 0 and lv.slow < ratio * anchor
 
 
-def _rose_with(p: GpuState, since: float) -> float:
+def _rose_with(p: GpuState, since: float, ts: float) -> float:
     """How far a peer rose at about the moment ``since``, beyond its noise: its slow mean now
     above both where it sat and the lowest it was in the half minute before ``since`` (a burst
     of demand under way all that time is not traffic moving to it now), less three times the
-    noise of that mean (request noise on a replica sampled every few seconds is not a rise)."""
+    noise of that mean (request noise on a replica sampled every few seconds is not a rise).
+    In the first minute and a half its mean since ``since`` counts too: the slow mean shows a
+    step only some tens of seconds after it, while the mean of the blocks since shows it at once."""
     lv = p.level
-    anchor = lv.step_anchor()
+    anchor = lv.anchor_at(since)
     if anchor <= 0:
         return 0.0
-    return lv.slow - max(anchor, lv.low_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
+    now = lv.slow if ts - since >= _MOVED_S else max(lv.slow, lv.mean_between(since + 5.0, ts))
+    return now - max(anchor, lv.low_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
 
 
-def _moved_with(p: GpuState, since: float, ts: float) -> bool:
-    """Whether a peer's activity changed at about the moment ``since``, beyond its noise: a
-    replica that joined just before beginning to serve (its activity rising from its
-    loading), or one that lost a share of the load with this one (falling)."""
+def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> bool:
+    """Whether a peer's activity changed at about the moment ``since``, beyond its noise: one
+    that lost a share of the load with this one (falling), or, where ``joins`` says a join can
+    explain the step at all, a replica that joined just before beginning to serve (its activity
+    rising from its loading)."""
     lv = p.level
     before = lv.mean_between(since - _STEP_S, since - 5.0)
     if before < 0:
-        return p.pids_since <= since + 5.0  # it was starting up: a join at this very moment
+        return joins and p.pids_since <= since + 5.0  # it was starting up: a join at this very moment
     after = lv.mean_between(since, ts)
     if after < 0:
         return False
@@ -221,7 +236,16 @@ def _moved_with(p: GpuState, since: float, ts: float) -> bool:
     change = after - before
     if -change >= max(0.15 * before, 3.0 * noise):
         return True
-    return p.pids_since >= since - _CHANGE_WINDOW_S and change >= max(0.02, 3.0 * noise)
+    return joins and p.pids_since >= since - _CHANGE_WINDOW_S and change >= max(0.02, 3.0 * noise)
+
+
+def _join_can_explain(lv: ActivityLevel, lost: float, svc_peers: Sequence[GpuState]) -> bool:
+    """Whether replicas that joined just before can have taken this much of this replica's load:
+    ``k`` new replicas sharing a load with it take at most ``k / (k + 1)`` of it (when it and they
+    are all that share it), so a single join does not explain a fall to a third while the other
+    replicas kept theirs (0.1 of slack for uneven routing)."""
+    k = sum(1 for p in svc_peers if p.pids_since >= lv.ep_start - _CHANGE_WINDOW_S)
+    return lost <= (k / (k + 1) + 0.1) * lv.ep_ref
 
 
 def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Sequence[GpuState],
@@ -242,18 +266,30 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
         if fell >= max(1, len(svc_peers) // 2):
             return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"
         if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
-            moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts)), None)
+            joins = _join_can_explain(lv, lost, svc_peers)
+            moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts, joins)), None)
             if moved is not None:
                 return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
                         f"(the load was shared out anew: autoscaling or a rollout)")
     elif since > _MOVED_S + 10.0:
         return None
-    rose = next((p for p in svc_peers if _rose_with(p, lv.ep_start) >= 0.75 * lost), None)
-    if rose is None:
+    # traffic that left this replica went to the others: together they rose by as much at the same moment
+    # (one replica taking it all, a canary promoted, or up to four taking a share each; a peer's smaller
+    # rise is its own demand moving, and many of those add up to anything)
+    rises = sorted(((r, p) for p in svc_peers if (r := _rose_with(p, lv.ep_start, ts)) >= 0.25 * lost),
+                   key=lambda x: -x[0])
+    risen = sum(r for r, _ in rises)
+    if since < _MOVED_S and risen >= 0.5 * lost:
+        # a burst of demand on it, or traffic that moved to it: the second one stays (and their slow means
+        # show a rise of several replicas only some tens of seconds after it began)
+        return WAIT
+    if risen < 0.75 * lost:
         return None
-    if since < _MOVED_S:
-        return WAIT  # a burst of demand on it, or traffic that moved to it: the second one stays
-    return f"{rose.where()} stepped up as much at the same time and stayed up (traffic moved to it: a canary promoted?)"
+    if rises[0][0] >= 0.75 * lost:
+        return (f"{rises[0][1].where()} stepped up as much at the same time and stayed up (traffic moved to it: "
+                f"a canary promoted?)")
+    return (f"{len(rises)} of the service's {len(svc_peers)} other replicas rose at the same time by as much "
+            f"together and stayed up (traffic moved to them)")
 
 
 def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:

@@ -108,7 +108,7 @@ class DetectionEngine:
         self.gpus: dict[GpuId, GpuState] = {}
         self.pods: dict[str, dict[str, GpuState]] = {}
         self.services: dict[str, dict[str, GpuState]] = {}
-        self.service_changed: dict[str, float] = {}  # when a replica last joined, left or restarted
+        self.service_changed: dict[str, float] = {}  # when a replica last joined or restarted
         self.records = 0
 
     # ---- input ----
@@ -182,8 +182,10 @@ class DetectionEngine:
         st.watches.clear()
         who = next((p for p in procs if p.pod), procs[0] if procs else None)
         ns, pod, svc = (who.namespace, who.pod, who.service) if who else (None, None, None)
-        if st.service_key is not None:
-            self.service_changed[st.service_key] = ts  # a replica left or restarted: load moves
+        if st.service_key is not None and pids:
+            # a replica restarted: once it serves again, load moves to it (one that left without a new
+            # process only makes the others busier, which explains no fall)
+            self.service_changed[st.service_key] = ts
         if (ns, pod, svc) == (st.namespace, st.pod, st.service):
             return
         for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
@@ -321,7 +323,7 @@ class DetectionEngine:
         if (perf is not None and perf.kind in FREEZE_KINDS) or any(k in FREEZE_KINDS for k in st.open):
             return
         st.slow_ts = ts
-        if st.clock is not None and st.sm is not None and st.sm >= 0.5:
+        if st.clock is not None and st.sm is not None and st.sm >= 0.2:
             st.clock_base.update(ts, st.clock)
             if st.reasons & _SW_POWER_CAP and throttle.at_limit(st, power_w, limit_w):
                 st.cap_clock_base.update(ts, st.clock)

@@ -40,6 +40,12 @@ different model, batch or task, like a trainer that starts serving) starts the l
 afresh: a different job in the same process is not a slower version of the old one,
 while an input stall or a slower step keeps the memory it had.
 
+A demand-driven workload's *step* is judged against its step anchor (the lower quartile of
+its blocks of the two minutes before): while a run of shortfall adds up (a CUSUM, up to a
+minute), that anchor stays where it was when the run began, or a noisy replica's step,
+confirmed only after 40 s, would be judged against a level its own first blocks had pulled
+down; on a smooth falling wave the run is judged against where the wave has gone since.
+
 ``fast`` is an exponentially weighted mean over about ``FAST_TAU`` seconds, weighted by
 the time between samples, so sampling intervals do not change its memory.
 """
@@ -79,6 +85,7 @@ DIP_MIN_S = 20.0  # shorter falls are transitions, not dips to learn
 REPEAT_S = 300.0  # a reported fall recurs as the job's rhythm no sooner than this after it ended
 RECOVER_S = 10.0  # a fall ends when activity has been back this long
 ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
+FROZEN_BLOCKS = 12  # an anchor holds still during a run of shortfall only when a minute of blocks made it
 YOUNG_DEEP = 0.3  # a level not yet established is judged only for a fall this deep (with a host-side cause)
 MAX_BLOCKS = 34  # ... of which the highest is ``recent_max`` (a little more than ANCHOR_FROM)
 RECENT_BLOCKS = 96  # block means kept for the anchor (ANCHOR_FROM, and a reported fall of up to 5 minutes)
@@ -96,8 +103,8 @@ def _alike(a: float, b: float) -> bool:
     return abs(a - b) <= max(0.05, 0.25 * max(a, b))
 
 
-def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
-    """A least-squares line through the points, read at ``at``, and its residuals' IQR."""
+def _line(pts: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """A least-squares line through the points (intercept, slope) and its residuals' IQR."""
     n = len(pts)
     mx = sum(x for x, _ in pts) / n
     my = sum(y for _, y in pts) / n
@@ -105,18 +112,18 @@ def _line(pts: list[tuple[float, float]], at: float) -> tuple[float, float]:
     b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
     a = my - b * mx
     res = sorted(y - a - b * x for x, y in pts)
-    return max(0.0, a + b * at), res[(3 * n) // 4] - res[n // 4]
+    return a, b, res[(3 * n) // 4] - res[n // 4]
 
 
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_ts", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start", "b_sum", "blocks", "calm",
-                 "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt", "ep_blocks", "ep_dsum",
-                 "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start",
-                 "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "incident", "jitter", "last", "level", "noise",
-                 "noises", "phase_ts", "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means",
-                 "since", "slow", "sorted", "spread", "steady", "tight", "zero_since")
+    __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start",
+                 "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt",
+                 "ep_blocks", "ep_dsum", "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref",
+                 "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "incident",
+                 "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks", "rebase_ts", "recent",
+                 "recent_max", "recent_means", "since", "slow", "sorted", "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -154,6 +161,10 @@ class ActivityLevel:
         self.calm = False  # ... or on a plateau it leaves only in dips, with calm samples (a hint for a lone GPU)
         self._anchor = -1.0  # computed when asked (step_anchor; -1: not yet)
         self._anchor_ts = since
+        self._anchor_n = 0  # how many blocks made it
+        self._at: tuple[float, float] = (-1.0, 0.0)  # the last anchor_at: (ts, anchor)
+        # the last step_line: (its blocks' key, intercept, slope, roughness)
+        self._line: tuple[tuple[float, float, tuple[float, float]], float, float, float] | None = None
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
         # (start, depth: SM / reference, seconds, whether its samples came in bursts)
         self.dips: deque[tuple[float, float, float, bool, bool]] = deque(maxlen=8)
@@ -221,6 +232,8 @@ class ActivityLevel:
         noise, less half the smallest step of interest (``CUSUM_K``): it climbs at once after a
         real step and stays near zero under request noise, bursts and waves; ``cusum_sum`` and
         ``cusum_n`` are the samples since it last left zero (the new level, if it is a step)."""
+        if self.cusum <= 0.0 and ts - self._anchor_ts > 2 * BLOCK_S:
+            self._anchor, self._anchor_ts = -1.0, ts  # a run starts from where it sits now, not where a past run did
         ref = self._anchor if self._anchor >= 0 else self.step_anchor()
         if ref <= 0:
             self.cusum = 0.0
@@ -246,7 +259,15 @@ class ActivityLevel:
         self.recent_max = max(self.recent_means)
         if self.ep_ref and self.ep_up < 0 and self.b_start >= self.ep_start:
             self._excuse(mean / self.ep_ref, self.b_start, min(ts - self.b_start, 2 * BLOCK_S))
-        self._anchor, self._anchor_ts = -1.0, ts
+        since = self.cusum_since
+        if not (self.cusum > 0.0 and self._anchor_ts <= since and ts - since <= CUSUM_WINDOW
+                and self.step_anchor() > 0.0 and self._anchor_n >= FROZEN_BLOCKS):
+            # while a run of shortfall is under way, the anchor stays where it was when the run began:
+            # the run's own blocks are not where it stepped from, or a step confirmed after 40 s would be
+            # judged against a level its first 20 s had already pulled down. Only an anchor of a minute of
+            # blocks or more holds still: its lower quartile is no burst of demand that just ended (one
+            # shorter than three quarters of it), while one of a few blocks (after a rebase) may be one
+            self._anchor, self._anchor_ts = -1.0, ts
         if fb >= 0 and self.fb_level >= 0 and abs(fb - self.fb_level) > max(PHASE_MIB, PHASE_FRACTION * self.fb_level):
             self.reset(ts)  # a different job in the same process: learn it afresh
         if learn and mean >= IDLE:
@@ -275,7 +296,7 @@ class ActivityLevel:
         self.steady = None
         self.tight = self.calm = False
         self.phase_ts = ts
-        self.rebase_ts, self._anchor = ts, -1.0  # nor is a step judged from the old job's blocks
+        self.rebase_ts, self._anchor, self._at = ts, -1.0, (-1.0, 0.0)  # nor is a step judged from the old job's blocks
         self.end_episode()
 
     def _derive(self) -> None:
@@ -357,17 +378,30 @@ class ActivityLevel:
         :meth:`step_line` adds the line a smoothly rising or falling load is on."""
         anchor = self._anchor
         if anchor < 0:
-            means = self._window()
-            if len(means) < 6:
-                anchor = 0.0
-            else:
-                means.sort()
-                anchor = means[len(means) // 4]
-            self._anchor = anchor
+            means = self._window(self._anchor_ts)
+            self._anchor_n = len(means)
+            anchor = self._anchor = self._quartile(means)
         return anchor
 
-    def _window(self) -> list[float]:
-        ts, since = self._anchor_ts, self.rebase_ts
+    def anchor_at(self, ts: float) -> float:
+        """The step anchor as it was at ``ts`` (a peer's, at the moment another replica stepped: what
+        it rose from is where it sat then, not where its rise has since taken its own anchor). Asked
+        for the same moment on every sample of a fall, so the last answer is kept."""
+        at, value = self._at
+        if at != ts:
+            value = self._quartile(self._window(ts))
+            self._at = (ts, value)
+        return value
+
+    @staticmethod
+    def _quartile(means: list[float]) -> float:
+        if len(means) < 6:
+            return 0.0
+        means.sort()
+        return means[len(means) // 4]
+
+    def _window(self, ts: float) -> list[float]:
+        since = self.rebase_ts
         a, b = self.incident
         far = self._far(ts)
         return [m for end, m in self.recent if ANCHOR_TO <= ts - end <= far and end >= since and m >= IDLE
@@ -379,26 +413,36 @@ class ActivityLevel:
         a, b = self.incident
         return ANCHOR_FROM + (b - a if ts - b <= ANCHOR_FROM else 0.0)
 
-    def step_line(self) -> tuple[float, float]:
-        """The least-squares line through the same blocks, read at its end, and how far they are
-        from smooth: the larger of its residuals' interquartile range and the largest change
-        between neighbouring blocks (a burst's edge). Where a load on a smooth wave was, if it
-        was on one. ``(0, inf)`` with fewer than 6 blocks."""
+    def step_line(self, at: float | None = None) -> tuple[float, float]:
+        """The least-squares line through the same blocks, read at its end (or at the time ``at``),
+        and how far they are from smooth: the larger of its residuals' interquartile range and the
+        largest change between neighbouring blocks (a burst's edge). Where a load on a smooth wave
+        was (or would be by ``at``), if it was on one. ``(0, inf)`` with fewer than 6 blocks. The
+        line is kept while the anchor's blocks stay the same (a run of shortfall asks on every sample)."""
         ts, since = self._anchor_ts, self.rebase_ts
-        a, b = self.incident
-        far = self._far(ts)
-        pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= far and end >= since
-               and not a < end <= b]
-        if len(pts) < 6:
+        key = (ts, since, self.incident)
+        cached = self._line
+        if cached is None or cached[0] != key:
+            a, b = self.incident
+            far = self._far(ts)
+            pts = [(end - ts, m) for end, m in self.recent if ANCHOR_TO <= ts - end <= far and end >= since
+                   and not a < end <= b]
+            if len(pts) < 6:
+                cached = (key, 0.0, 0.0, math.inf)
+            else:
+                icpt, slope, iqr = _line(pts)
+                cached = (key, icpt, slope, max(iqr, max(abs(q[1] - p[1]) for p, q in itertools.pairwise(pts))))
+            self._line = cached
+        _, icpt, slope, rough = cached
+        if rough == math.inf:
             return 0.0, math.inf
-        end, iqr = _line(pts, -ANCHOR_TO)
-        return end, max(iqr, max(abs(b[1] - a[1]) for a, b in itertools.pairwise(pts)))
+        return max(0.0, icpt + slope * (-ANCHOR_TO if at is None else at - ts)), rough
 
     def rebase(self) -> None:
         """The step being judged was explained (demand moved): where the workload sits after it is
         its new normal, so no step is judged from where it was before."""
         self.rebase_ts = self.ep_start + BLOCK_S
-        self._anchor = -1.0
+        self._anchor, self._at = -1.0, (-1.0, 0.0)
         self.end_episode()
 
     def high_within(self, ts: float, seconds: float) -> float:
@@ -496,7 +540,7 @@ class ActivityLevel:
             # an incident's blocks are not where the workload sits: the next fall (the real H200 trace
             # f's contention, 25 s after a reported stall) steps from the work between them
             self.incident = (self.ep_start, ts + BLOCK_S)
-            self._anchor = -1.0
+            self._anchor, self._at = -1.0, (-1.0, 0.0)
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
             self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty(), reported))

@@ -18,6 +18,7 @@ import math
 
 from collector.detect.anomaly import Severity
 from collector.detect.finding import DetectorConfig, Finding
+from collector.detect.level import IDLE
 from collector.detect.state import GpuState
 from telemetry.clocks import POWER, THERMAL, ClockEventReason, names
 from telemetry.keys import GPU_TEMP, SM_CLOCK
@@ -68,7 +69,7 @@ def power(st: GpuState, cfg: DetectorConfig, power_w: float | None, limit_w: flo
     brake = bool(st.reasons & _BRAKE)
     clock = st.clock if st.clock is not None else math.inf
     capped = bool(st.reasons & POWER) and st.clock_base.count >= 30 \
-        and clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= 0.2
+        and clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= IDLE
     if capped and not st.reasons & _HW_SLOWDOWN and at_limit(st, power_w, limit_w) and (
             st.cap_clock_base.count < 30 or clock >= cfg.clock_drop_ratio * st.cap_clock_base.level):
         capped = False  # drawing its full rated power at the clock it holds there: the cap doing its job
