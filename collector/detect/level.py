@@ -118,7 +118,7 @@ def _line(pts: list[tuple[float, float]]) -> tuple[float, float, float]:
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start",
+    __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line_cache", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start",
                  "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt",
                  "ep_blocks", "ep_dsum", "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref",
                  "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "incident",
@@ -164,7 +164,7 @@ class ActivityLevel:
         self._anchor_n = 0  # how many blocks made it
         self._at: tuple[float, float] = (-1.0, 0.0)  # the last anchor_at: (ts, anchor)
         # the last step_line: (its blocks' key, intercept, slope, roughness)
-        self._line: tuple[tuple[float, float, tuple[float, float]], float, float, float] | None = None
+        self._line_cache: tuple[tuple[float, float, tuple[float, float]], float, float, float] | None = None
         self.phase_ts = -1e18  # when the process last changed phase (memory footprint)
         # (start, depth: SM / reference, seconds, whether its samples came in bursts)
         self.dips: deque[tuple[float, float, float, bool, bool]] = deque(maxlen=8)
@@ -421,7 +421,7 @@ class ActivityLevel:
         line is kept while the anchor's blocks stay the same (a run of shortfall asks on every sample)."""
         ts, since = self._anchor_ts, self.rebase_ts
         key = (ts, since, self.incident)
-        cached = self._line
+        cached = self._line_cache
         if cached is None or cached[0] != key:
             a, b = self.incident
             far = self._far(ts)
@@ -432,7 +432,7 @@ class ActivityLevel:
             else:
                 icpt, slope, iqr = _line(pts)
                 cached = (key, icpt, slope, max(iqr, max(abs(q[1] - p[1]) for p, q in itertools.pairwise(pts))))
-            self._line = cached
+            self._line_cache = cached
         _, icpt, slope, rough = cached
         if rough == math.inf:
             return 0.0, math.inf
