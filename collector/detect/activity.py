@@ -207,8 +207,10 @@ def _fell(p: GpuState, ratio: float) -> bool:
 
 def _rose_with(p: GpuState, since: float, ts: float) -> float:
     """How far a peer rose at about the moment ``since``, beyond its noise: its slow mean now
-    above both where it sat and the lowest it was in the half minute before ``since`` (a burst
-    of demand under way all that time is not traffic moving to it now), less three times the
+    above where it sat, the lowest it was in the half minute before ``since`` (a burst of demand
+    under way all that time is not traffic moving to it now) and its mean in the 15 s before
+    (traffic that moves rises on its new replicas at the moment it falls on the old one, while a
+    burst that began 20 s before the step is the peer's own demand), less three times the
     noise of that mean (request noise on a replica sampled every few seconds is not a rise).
     In the first minute and a half its mean since ``since`` counts too: the slow mean shows a
     step only some tens of seconds after it, while the mean of the blocks since shows it at once."""
@@ -217,7 +219,8 @@ def _rose_with(p: GpuState, since: float, ts: float) -> float:
     if anchor <= 0:
         return 0.0
     now = lv.slow if ts - since >= _MOVED_S else max(lv.slow, lv.mean_between(since + 5.0, ts))
-    return now - max(anchor, lv.low_between(since - _STEP_S, since - 5.0)) - 3.0 * 0.45 * lv.jitter / 1.128
+    before = max(anchor, lv.low_between(since - _STEP_S, since - 5.0), lv.mean_between(since - 15.0, since - 5.0))
+    return now - before - 3.0 * 0.45 * lv.jitter / 1.128
 
 
 def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> bool:
@@ -242,8 +245,8 @@ def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> bool:
 def _join_can_explain(lv: ActivityLevel, lost: float, svc_peers: Sequence[GpuState]) -> bool:
     """Whether replicas that joined just before can have taken this much of this replica's load:
     ``k`` new replicas sharing a load with it take at most ``k / (k + 1)`` of it (when it and they
-    are all that share it), so a single join does not explain a fall to a third while the other
-    replicas kept theirs (0.1 of slack for uneven routing)."""
+    are all that share it: regional or node-local routing), so a single join does not explain a
+    fall to a third while the other replicas kept theirs (0.1 of slack for uneven routing)."""
     k = sum(1 for p in svc_peers if p.pids_since >= lv.ep_start - _CHANGE_WINDOW_S)
     return lost <= (k / (k + 1) + 0.1) * lv.ep_ref
 
@@ -253,9 +256,10 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
     """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing
     does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``)."""
     lv = st.level
-    # drained: its traffic went to the other replicas; a GPU with none has nowhere to send it, so only
-    # an idle GPU reads as drained (the real H200 trace f's contention fell to 0.08 with no peers)
-    if lv.fast < (2 * IDLE if svc_peers else IDLE):
+    # drained: its traffic went to the other replicas, and a replica with no requests does no work, so
+    # only an idle GPU reads as drained (the real H200 trace f's contention fell to 0.08 with no peers;
+    # a replica that lost two thirds of its capacity at a tenth of its SMs still serves)
+    if lv.fast < IDLE:
         return "its activity went to near zero: drained or no longer routed to, not slower"
     if not svc_peers:
         return None
