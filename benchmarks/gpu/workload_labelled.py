@@ -159,6 +159,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 30.0), ("launch", 65.0)),
           "gpu_s": 0.10, "cpu_s": 0.05, "stall_steps": 1.7, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.7, "serve_period_s": 14.0, "launch_batch": 1200, "drift_steps": 1.8, "drift_ramp_s": 50.0},
+    # "l": the eleventh run, written in the ninth session (2026-12-02) after its detector changes and
+    # scored once when recorded: a longer evaluation (12 s) early, a milder stall (1.4 steps' wait),
+    # a checkpoint, a bursty loader 22 s after it (3 s of steps, 4 s waiting: trace e's, which was
+    # missed when 12 s of training separated it from a stall), 2 burners per core, a slow leak (0.6 GiB
+    # every 2 s); then a new process serving a slower demand wave (18 s) and launch-bound work (600
+    # tiny kernels per sync); a CPU-heavier step than k's
+    "l": {"train": (("train", 25.0), ("eval", 12.0), ("train", 22.0), ("stall", 70.0), ("train", 22.0),
+                    ("checkpoint", 6.0), ("train", 22.0), ("hiccup", 70.0), ("train", 22.0), ("contention", 65.0),
+                    ("train", 22.0), ("leak", 40.0)),
+          "tools": (("serve", 30.0), ("launch", 65.0)),
+          "gpu_s": 0.08, "cpu_s": 0.07, "stall_steps": 1.4, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.6, "serve_period_s": 18.0, "launch_batch": 600, "hiccup_run_s": 3.0, "hiccup_wait_s": 4.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order

@@ -88,6 +88,7 @@ ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this 
 FROZEN_BLOCKS = 12  # an anchor holds still during a run of shortfall only when a minute of blocks made it
 YOUNG_DEEP = 0.3  # a level not yet established is judged only for a fall this deep (with a host-side cause)
 MAX_BLOCKS = 34  # ... of which the highest is ``recent_max`` (a little more than ANCHOR_FROM)
+_HELD_MAX = 24  # blocks held while a recovery is judged (2 minutes: a recovery takes 10-40 s)
 RECENT_BLOCKS = 96  # block means kept for the anchor (ANCHOR_FROM, and a reported fall of up to 5 minutes)
 
 
@@ -121,9 +122,10 @@ class ActivityLevel:
     __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line_cache", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start",
                  "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt",
                  "ep_blocks", "ep_dsum", "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref",
-                 "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "incident",
-                 "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks", "rebase_ts", "recent",
-                 "recent_max", "recent_means", "since", "slow", "sorted", "spread", "steady", "tight", "zero_since")
+                 "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "held",
+                 "incident", "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks", "rebase_ts",
+                 "recent", "recent_max", "recent_means", "since", "slow", "sorted", "spread", "steady", "tight",
+                 "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -185,6 +187,8 @@ class ActivityLevel:
         # seconds of the fall excused as known dips, and the current run of blocks like one of them
         self.ep_excused = 0.0
         self.ep_runs: dict[int, float] = {}
+        # blocks of work after the fall's recovery began (mean, FB, end, variance): learned if it ends so
+        self.held: list[tuple[float, float, float, float]] = []
 
     def idle(self, ts: float) -> bool:
         """No SM activity at all for ``IDLE_S``: an idle GPU, not a starved job (whose activity
@@ -270,18 +274,28 @@ class ActivityLevel:
             self._anchor, self._anchor_ts = -1.0, ts
         if fb >= 0 and self.fb_level >= 0 and abs(fb - self.fb_level) > max(PHASE_MIB, PHASE_FRACTION * self.fb_level):
             self.reset(ts)  # a different job in the same process: learn it afresh
-        if learn and mean >= IDLE:
-            if var >= 0 and mean >= PLATEAU * self.level:
-                noises = self.noises
-                noises.append(math.sqrt(var) / mean)
-                self.noise = sorted(noises)[len(noises) // 2]
-            blocks = self.blocks
-            if len(blocks) == WINDOW_BLOCKS:
-                old = blocks[0][0]
-                del self.sorted[bisect.bisect_left(self.sorted, old)]
-            blocks.append((mean, fb, ts))
-            bisect.insort(self.sorted, mean)
-            self._derive()
+        if mean < IDLE:
+            return
+        if learn:
+            self._learn(mean, fb, ts, var)
+        elif self.ep_ref and 0 <= self.ep_up <= self.b_start and len(self.held) < _HELD_MAX:
+            # the GPU is back at work while the fall is still being judged: learned if the fall ends as
+            # recovered (the real H200 trace j: a checkpoint's 15 s of recovery were all the training that
+            # came before its next fall, and a level of 15 s is no established one)
+            self.held.append((mean, fb, ts, var))
+
+    def _learn(self, mean: float, fb: float, ts: float, var: float) -> None:
+        if var >= 0 and mean >= PLATEAU * self.level:
+            noises = self.noises
+            noises.append(math.sqrt(var) / mean)
+            self.noise = sorted(noises)[len(noises) // 2]
+        blocks = self.blocks
+        if len(blocks) == WINDOW_BLOCKS:
+            old = blocks[0][0]
+            del self.sorted[bisect.bisect_left(self.sorted, old)]
+        blocks.append((mean, fb, ts))
+        bisect.insort(self.sorted, mean)
+        self._derive()
 
     def reset(self, ts: float) -> None:
         """Forget the level (a phase change, or a fall that became the new normal)."""
@@ -544,6 +558,10 @@ class ActivityLevel:
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
             self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty(), reported))
+        held, self.held = self.held, []
+        if self.ep_up >= 0 and ts is not None:
+            for block in held:  # it recovered: the work since it came back is the job's
+                self._learn(*block)
         self.ep_ref = 0.0
         self.ep_mode = ""
         self.ep_n = 0

@@ -169,6 +169,32 @@ def test_the_rhythm_of_a_jobs_dips_survives_a_skipped_one_and_is_kept_to_falls_l
     assert lv.on_rhythm(2700.0) is None  # two dips: a period, not yet a rhythm
 
 
+def test_work_after_a_dip_came_back_is_learned_once_the_dip_ends() -> None:
+    """The real H200 trace j: 20 s of training, a checkpoint, then training while the
+    checkpoint's fall was still judged (a recovery must hold 10 s), then the next fall. Blocks
+    during a fall are not learned (an incident must not become the level), but those after the
+    GPU came back are the job's work: once the fall ends as recovered they count, so the level
+    is established by the training the job did. A fall that ends otherwise (the process left,
+    a throttle explains it) teaches nothing."""
+    def job(recovers: bool) -> ActivityLevel:
+        lv = ActivityLevel(0.0)
+        for t in range(10, 36):
+            lv.update(float(t), 0.5, 1000.0, learn=True)  # after the warm-up: 5 blocks of work
+        assert lv.plateau_blocks == 5 and not lv.established
+        lv.start_episode(36.0, 0.5, "steady", True)
+        for t in range(36, 90):
+            lv.update(float(t), 0.0 if t < 40 else 0.5, 1000.0, learn=False)  # the checkpoint, then work
+            if lv.recovered(float(t), 0.6):
+                break
+        if recovers:
+            lv.end_episode(float(t), learn_dip=True, dip_max_s=300.0)
+        else:
+            lv.end_episode()
+        return lv
+    assert job(True).established
+    assert not job(False).established and not job(False).held
+
+
 def test_a_late_partitions_gpu_judges_its_fall_as_its_pods() -> None:
     """One GPU's records arrive 200 s behind its pod's (its partition stalled and is caught up):
     its peers' readings are not of its moment, so whether the whole pod fell cannot be told. Its
