@@ -20,8 +20,6 @@ import signal
 import sys
 from typing import Any
 
-from gpuwatch.shutdown import Parts
-
 log = logging.getLogger("gpuwatch.collector")
 SHUTDOWN_S = 20.0  # one deadline for every stop: the consumer's and the producer's 10 s each
 
@@ -111,12 +109,13 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
 
 async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = True,
                 alert_rules: str | None = None) -> None:
+    """The collector stack on Kafka: a consumer-group member, its dead letters and keyframe requests
+    back through Kafka, until SIGTERM or SIGINT."""
     from collector import deadletter
     from collector.consumer import KafkaSource
-    from collector.ingest import Ingestor
-    from collector.loop import ConsumeLoop
     from collector.replies import KafkaReplies
-    from collector.store import positions, validate, validate_event
+    from collector.store import positions
+    from gpuwatch.collector_stack import CollectorOptions, CollectorStack
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -125,9 +124,6 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     store = await open_store(settings, stop)
     if store is None:
         return
-    from collector.alerting.service import from_rules_file
-    from collector.profiling import ProfileRequests, ProfileStore
-    from collector.store.kernels import KernelStore
 
     async def record_dead_letter(topic: str, msg: Any, reason: str, why_not_kafka: str) -> None:
         await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
@@ -137,103 +133,48 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     security = settings.kafka_client_security()
     replies = KafkaReplies(settings.kafka_bootstrap, settings.kafka_topic, record_dead_letter=record_dead_letter,
                            client_kwargs=security, tuning=tuning)
-    detection = from_rules_file(store.pool, alert_rules, on_opened=ProfileRequests(store.pool, replies.request_profile))
-    ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
-                        on_committed=detection.on_committed if settings.detect else None,
-                        request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool),
-                        kernels=KernelStore(store.pool),
-                        keyframe_request_interval_s=tuning.keyframe_request_interval_s,
-                        stream_idle_s=tuning.stream_idle_s)
-    consumer = KafkaSource(
-        ingestor, replies, settings.kafka_bootstrap, settings.kafka_topic, settings.kafka_group,
-        load_positions=lambda topic: positions.load(store.pool, topic),
-        save_positions=lambda topic, offsets: positions.save(store.pool, topic, offsets),
-        max_records=settings.max_batch,
-        client_kwargs=security,
-        tuning=tuning,
-    )
-    tasks: list[asyncio.Task[Any]] = []
-    failure: BaseException | None = None
-    parts = Parts()  # in start order; stopped in reverse: the API, consumer, producer, tasks, detection, store
-    parts.add("the store", lambda _t: store.close())
-    parts.add("detection", lambda _t: detection.close())
-    parts.add("the background tasks", lambda _t: _cancel(tasks))
-    parts.add("the dead-letter producer", replies.shutdown, most=10.0)
-    parts.add("the consumer", consumer.shutdown, most=10.0)
+    options = CollectorOptions(detect=settings.detect, alert_rules=alert_rules,
+                               maintenance_s=settings.maintenance_interval,
+                               keyframe_request_interval_s=tuning.keyframe_request_interval_s,
+                               stream_idle_s=tuning.stream_idle_s)
+    consumer: Any = None
+
+    def source(ingestor: Any) -> Any:
+        nonlocal consumer
+        consumer = KafkaSource(
+            ingestor, replies, settings.kafka_bootstrap, settings.kafka_topic, settings.kafka_group,
+            load_positions=lambda topic: positions.load(store.pool, topic),
+            save_positions=lambda topic, offsets: positions.save(store.pool, topic, offsets),
+            max_records=settings.max_batch, client_kwargs=security, tuning=tuning)
+        return consumer
+
+    stack = CollectorStack(store, source, replies, options, stop=stop)
     try:
         # the API first: while Kafka is not reachable yet (it may start after the collector), /healthz
         # answers (alive), /readyz says why it is not ready, and the stored data can be read
-        api = await _start_api(store, api_settings, api_port_given, ingestor, consumer)
-        if api is not None:
-            parts.add("the API", lambda _t: api.stop())
-        await _start(replies, consumer, stop)
-        if not stop.is_set():
+        if api_settings is not None:
+            def taken(port: int, exc: OSError) -> None:
+                log.warning("the API cannot listen on port %d (%s); using a free port", port, exc)
+
+            def not_ready() -> str | None:
+                return None if consumer.joined else f"the consumer has not joined group {consumer.group} yet"
+
+            api = await stack.start_api(api_settings, api_port_given, taken=taken, lag=lambda: consumer.lag,
+                                        families=consumer.families, not_ready=not_ready)
+            print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics",
+                  flush=True)
+        await stack.start()
+        if stack.runner is not None:
             print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
                   f"into a {store.profile} PostgreSQL ({store.profile_reason})", flush=True)
-            from collector.periodic import every
-
-            runner = asyncio.create_task(ConsumeLoop(consumer, ingestor).run())
             stopper = asyncio.create_task(stop.wait())
-            tasks = [runner, stopper,
-                     asyncio.create_task(every(settings.maintenance_interval, stop, store.maintain, "maintenance")),
-                     asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),
-                     asyncio.create_task(detection.run(stop))]
-            await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if runner.done() and not runner.cancelled():
-                failure = runner.exception()
+            await asyncio.wait({stack.runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
     finally:
-        stop.set()
-        await parts.shutdown(SHUTDOWN_S)
+        await stack.shutdown(SHUTDOWN_S)
+    failure = stack.failure()
     if failure is not None:
         raise failure
-
-
-async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _start(replies: Any, consumer: Any, stop: asyncio.Event) -> None:
-    """The dead-letter producer, then the consumer (each waits for Kafka), unless stopped meanwhile."""
-
-    async def both() -> None:
-        await replies.start()
-        await consumer.start()
-
-    starting = asyncio.create_task(both())
-    stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
-        await consumer.shutdown(10.0)
-        await replies.shutdown(10.0)
-        starting.cancel()
-    stopper.cancel()
-    await asyncio.gather(starting, stopper, return_exceptions=True)
-
-
-async def _start_api(store: Any, api_settings: Any, api_port_given: bool, ingestor: Any, consumer: Any) -> Any:
-    if api_settings is None:
-        return None
-    from collector.api.context import IngestStats
-    from collector.api.server import ApiServer
-
-    def not_ready() -> str | None:
-        return None if consumer.joined else f"the consumer has not joined group {consumer.group} yet"
-
-    stats = IngestStats(counters=lambda: ingestor.counters, lag=lambda: consumer.lag, families=consumer.families,
-                        not_ready=not_ready)
-    api = ApiServer(store.pool, api_settings, stats)
-    try:
-        await api.start()
-    except OSError as exc:
-        if api_port_given:
-            raise  # one line from the command line's error layer, naming --api-port
-        log.warning("the API cannot listen on port %d (%s); using a free port", api_settings.port, exc)
-        api = ApiServer(store.pool, api_settings.model_copy(update={"port": 0}), stats)
-        await api.start()
-    print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics", flush=True)
-    return api
 
 
 # the API settings whose flag is not ``--setting-name`` (named in setting errors; `up` too)

@@ -8,7 +8,8 @@ import threading
 import time
 from typing import IO, Any
 
-from gpuwatch.cmd_agent import add_agent_flags, build_agent, settings_from
+from gpuwatch.agent_stack import build_agent
+from gpuwatch.cmd_agent import add_agent_flags, settings_from
 
 
 def register(subparsers: Any) -> None:

@@ -28,7 +28,6 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuwatch.errors import UserError
-from gpuwatch.shutdown import Parts
 from telemetry.kernels import UNATTRIBUTED
 
 log = logging.getLogger("gpuwatch.up")
@@ -136,38 +135,6 @@ async def _keep_running(pg: Any, stop: asyncio.Event, every_s: float = 1.0, retr
             down = False
 
 
-async def _start_api(pool: Any, settings: Any, port_given: bool, ingestor: Any) -> Any:
-    """The API on its port; on a free one instead when the port was only the default and is taken."""
-    from collector.api.context import IngestStats
-    from collector.api.server import ApiServer
-
-    ports = [settings.port] if port_given else [settings.port, 0]
-    stats = IngestStats(counters=lambda: ingestor.counters)
-    for port in ports:
-        api = ApiServer(pool, settings.model_copy(update={"port": port}), stats)
-        try:
-            await api.start()
-            return api
-        except OSError as exc:
-            if port != ports[-1]:
-                print(f"gpuwatch up: port {port} is taken ({exc.strerror}); the API takes a free port",
-                      file=sys.stderr)
-                continue
-            raise UserError(f"cannot serve the API on {settings.host}:{port}: {exc.strerror}; choose another "
-                            "--api-port (0: any free port, -1: off)") from exc
-    raise AssertionError("unreachable: the last port raises")
-
-
-def _metrics_server(settings: Any, exposition: Any) -> Any:
-    from agent.server import MetricsServer
-
-    try:
-        return MetricsServer(settings.metrics_host, settings.metrics_port, exposition)
-    except OSError as exc:
-        raise UserError(f"cannot serve /metrics on {settings.metrics_host}:{settings.metrics_port}: "
-                        f"{exc.strerror}; choose another --metrics-port (0: any free port)") from exc
-
-
 async def _revoke_left_over_tokens(pool: Any) -> None:
     """Revoke the session tokens of earlier runs that could not (``kill -9``): the data directory's
     lock says that no other run is using this database."""
@@ -244,16 +211,13 @@ async def serve(args: argparse.Namespace, settings: Any, api_settings: Any) -> i
 
 async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, stack: contextlib.AsyncExitStack,
                  run: _Run) -> Any:
-    """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor."""
+    """Start everything, each part registered on ``stack`` as soon as it runs; returns the ingestor.
+    The two stacks, the agent's and the collector's, joined by the in-process transport."""
     from agent.cpuclock import ThreadCpu
-    from agent.exposition import Exposition
-    from agent.framing import Framer
-    from agent.producer import Producer
     from agent.runtime import new_instance_id
-    from collector.ingest import Ingestor
-    from collector.loop import ConsumeLoop
-    from collector.store import Store, validate, validate_event
-    from gpuwatch.cmd_agent import build_agent
+    from collector.store import MigrationError, Store
+    from gpuwatch.agent_stack import AgentStack, MetricsPortError
+    from gpuwatch.collector_stack import CollectorOptions, CollectorStack
     from gpuwatch.datadir import DataDirLock, cluster_root, default_data_dir
     from gpuwatch.embedded_pg import PgServer
     from gpuwatch.inprocess import InProcessReplies, InProcessTransport
@@ -276,87 +240,57 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     probe_socket = _probe_socket(settings, data_dir)  # held by another `up --db`: off, unless the path was given
     if probe_socket is not None:
         stack.callback(probe_socket.close)
-    from collector.store import MigrationError
-
     try:
         store = await Store.open(dsn, profile=args.db_profile)
     except MigrationError as exc:
         raise UserError(str(exc), code=2) from None
-    stack.push_async_callback(store.close)
     if pg is not None:
-        await _revoke_left_over_tokens(store.pool)
-    loop = asyncio.get_running_loop()
-    transport = InProcessTransport(loop)  # the agent's producer and the collector's source
-    cpu, instance = ThreadCpu(), new_instance_id()
-    producer: Producer = transport
-    framer = Framer(producer.submit, node=settings.node_name, instance=instance, cpu=cpu)
-    from agent.profiling import from_settings
+        try:
+            await _revoke_left_over_tokens(store.pool)
+        except BaseException:
+            await store.close()
+            raise
+    transport = InProcessTransport(asyncio.get_running_loop())  # the agent's producer and the collector's source
+    agent_stack = AgentStack(settings, transport, cpu=ThreadCpu(), instance=new_instance_id(),
+                             probe_socket=probe_socket)
+    replies = InProcessReplies([agent_stack.framer], [agent_stack.profiler])
+    from collector.settings import CollectorSettings
 
-    profiler = from_settings(settings, instance, producer.submit, cpu)
-    sinks: tuple[Any, ...] = (framer.add, profiler.observe) if profiler.config.enabled else (framer.add,)
-    from agent.kernels import from_settings as kernel_receiver
+    options = CollectorOptions(alert_rules=args.alert_rules,
+                               maintenance_s=CollectorSettings.model_fields["maintenance_interval"].default)
+    collector = CollectorStack(store, lambda _ingestor: transport, replies, options)
 
-    receiver = None if probe_socket is None else kernel_receiver(settings, probe_socket, instance, producer.submit,
-                                                                 cpu)
-    if receiver is not None:
-        sinks += (receiver.observe,)
-    agent = build_agent(settings, cpu=cpu, instance=instance, record_sinks=sinks, event_sinks=(framer.add_event,))
-    if receiver is not None:
-        receiver.attribute_with(agent.attribution)
-    replies = InProcessReplies([framer], [profiler])
-    from collector.alerting.service import from_rules_file
-    from collector.profiling import ProfileRequests, ProfileStore
-    from collector.store.kernels import KernelStore
+    async def stop_collector(kind: type[BaseException] | None, _exc: BaseException | None,
+                             _tb: TracebackType | None) -> bool:
+        # a failed start or run does not wait for the drain: what is queued is given up
+        await collector.shutdown(SHUTDOWN_S if kind is None else 0.0)
+        return False
 
-    detection = from_rules_file(store.pool, args.alert_rules,
-                                on_opened=ProfileRequests(store.pool, replies.request_profile))
-    stack.push_async_callback(detection.close)
-    ingestor = Ingestor(store, replies.dead_letter, validate, validate_event, on_committed=detection.on_committed,
-                        request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool),
-                        kernels=KernelStore(store.pool))
+    stack.push_async_exit(stop_collector)  # the store, detection and (once started) the loop, last
     api = None
     if api_settings is not None:
         port_given = args.api_port is not None or "GPUWATCH_API_PORT" in os.environ
-        api = await _start_api(store.pool, api_settings, port_given, ingestor)
-        # stopped after the agent and the drain: stopping it first lets frames pile up meanwhile
-        stack.push_async_callback(api.stop)
-    agent.open()
-    tasks: list[asyncio.Task[Any]] = []
-    failed = False
-    # sampling first, then the frames it made, then (on a clean stop) the queue into the database
-    parts = Parts()  # in start order; stopped in reverse
 
-    async def finish_tasks(_t: float) -> None:
-        if failed:
-            for task in tasks:
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        def taken(port: int, exc: OSError) -> None:
+            print(f"gpuwatch up: port {port} is taken ({exc.strerror}); the API takes a free port", file=sys.stderr)
 
-    parts.add("the background tasks", finish_tasks)
-    parts.add("the in-process transport", transport.shutdown, most=0)  # the loop stores what is queued
-    parts.add("the background tasks' stop event", lambda _t: stop.set())
-    parts.add("the framer", framer.stop, most=5.0)  # it emits what is pending
-    parts.add("the profiler", profiler.stop, most=5.0)  # after the capture under way
-    if receiver is not None:  # it submits to the transport: stopped before it
-        parts.add("the kernel probe receiver", receiver.stop, most=2.0)
-    parts.add("the agent", agent.stop, most=5.0)  # opened above
+        try:
+            api = await collector.start_api(api_settings, port_given, taken=taken)
+        except OSError as exc:
+            raise UserError(f"cannot serve the API on {api_settings.host}:{api_settings.port}: {exc.strerror}; "
+                            "choose another --api-port (0: any free port, -1: off)") from exc
+    try:
+        agent_stack.open()
+    except MetricsPortError as exc:
+        raise UserError(str(exc)) from exc
 
-    async def stop_pipeline(kind: type[BaseException] | None, _exc: BaseException | None,
-                            _tb: TracebackType | None) -> bool:
-        nonlocal failed
-        failed = kind is not None
-        await parts.shutdown(SHUTDOWN_S)
+    def stop_agent(_kind: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None) -> bool:
+        agent_stack.shutdown(SHUTDOWN_S)  # sampling first, then the frames it made, into the queue
         return False
 
-    stack.push_async_exit(stop_pipeline)
-    server = _metrics_server(settings, Exposition(agent, (lambda: (receiver.stats(),)) if receiver else None))
-    parts.add("/metrics", lambda _t: server.stop())
-    framer.start()
-    profiler.start()
-    if receiver is not None:
-        receiver.start()
-    agent.start()
-    server.start()
+    stack.push(stop_agent)
+    agent_stack.start()
+    await collector.start()
     kind = "simulated" if settings.simulate else "NVML"
     session_token = None
     secret = ""
@@ -367,8 +301,9 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
 
         secret, session_token = await tokens.create(store.pool, "admin", None, name=SESSION_TOKEN_NAME)
         stack.push_async_callback(tokens.revoke, store.pool, session_token.id)
-    lines = [f"gpuwatch up: {len(agent.targets)} {kind} GPU targets on {settings.node_name}",
-             f"  metrics:  http://{settings.metrics_host}:{server.port}/metrics",
+    receiver = agent_stack.receiver
+    lines = [f"gpuwatch up: {len(agent_stack.agent.targets)} {kind} GPU targets on {settings.node_name}",
+             f"  metrics:  http://{settings.metrics_host}:{agent_stack.server.port}/metrics",
              f"  database: {where} (profile {store.profile}{access})"]
     if api is None:
         lines.append("  API:      off")
@@ -388,20 +323,17 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
     print("\n".join(lines), flush=True)
 
     if args.duration is not None:
-        loop.call_later(args.duration, stop.set)
-
-    from collector.periodic import every
-    from collector.settings import CollectorSettings
-
-    maintenance_s = CollectorSettings.model_fields["maintenance_interval"].default
+        asyncio.get_running_loop().call_later(args.duration, stop.set)
     if pg is not None:
-        tasks.append(asyncio.create_task(_keep_running(pg, stop)))
-    tasks += [asyncio.create_task(ConsumeLoop(transport, ingestor).run()),
-              asyncio.create_task(every(maintenance_s, stop, store.maintain, "maintenance")),
-              asyncio.create_task(every(60, stop, store.refresh_usage, "service usage rollup")),
-              asyncio.create_task(detection.run(stop))]
+        keeper = asyncio.create_task(_keep_running(pg, collector.stop))
+
+        async def stop_keeper() -> None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+
+        stack.push_async_callback(stop_keeper)
     run.serving = True
-    return ingestor
+    return collector.ingestor
 
 
 def run(args: argparse.Namespace) -> int:

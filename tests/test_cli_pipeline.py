@@ -126,7 +126,7 @@ def test_two_simulated_nodes_have_gpus_of_their_own() -> None:
     """One UUID on two nodes is a fault the collector reports (issue 10): a simulation of two
     nodes must not show it. The simulated GPUs are seeded by the node's name."""
     from agent.settings import AgentSettings
-    from gpuwatch.cmd_agent import build_agent
+    from gpuwatch.agent_stack import build_agent
 
     def uuids(node: str) -> set[str]:
         driver = build_agent(AgentSettings(simulate=2, node_name=node, attribution=False)).driver

@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     import agent.driver.simulated as simulated
     import agent.framing as framing
     import agent.runtime as runtime
-    import gpuwatch.cmd_agent as cmd_agent
+    import gpuwatch.agent_stack as agent_stack
     from gpuwatch.cli import main as gpuwatch_main
 
     fleet_init = simulated.SimulatedFleet.__init__
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
             framing.Framer.__init__, node="", instance="")
         control.ControlListener.start = lambda self: None  # type: ignore[method-assign]
     export = own.export.open("a", buffering=1)
-    build = cmd_agent.build_agent
+    build = agent_stack.build_agent
 
     def build_agent(settings: Any, *, record_sinks: Sequence[RecordSink] = (), **kwargs: Any) -> Agent:
         def exported(r: GpuRecord) -> None:
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
 
         return build(settings, record_sinks=(*record_sinks, exported), **kwargs)
 
-    cmd_agent.build_agent = build_agent
+    agent_stack.build_agent = build_agent
     try:
         return int(gpuwatch_main(rest) or 0)
     finally:

@@ -1,4 +1,4 @@
-"""gpuwatch.shutdown: parts stop last-started first, under one deadline, and a failing stop stops nothing else."""
+"""gpuwatch.lifecycle: parts stop last-started first, under one deadline, and a failing stop stops nothing else."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gpuwatch.shutdown import Parts, Stop
+from gpuwatch.lifecycle import Parts, Stop
 
 
 def test_parts_stop_in_reverse_under_one_deadline(caplog: pytest.LogCaptureFixture) -> None:
