@@ -42,7 +42,7 @@ from telemetry.keys import (
 )
 
 VOLATILE = 0.15  # a change of 15% of a metric's range counts as a jump
-BUSY = 0.05  # at work from 5% of SM activity (or, without GPM, of GPU utilisation)
+BUSY = 0.05  # at work from 5% of SM activity or of GPU utilisation
 
 
 def _full_scale(key: str) -> float:
@@ -105,10 +105,12 @@ def volatility(prev: Mapping[str, float] | None, cur: Mapping[str, float]) -> fl
 
 
 def is_busy(metrics: Mapping[str, float]) -> bool:
+    """At work: SM activity, or the share of time a kernel is resident (GPU utilisation). Either
+    counts: a launch-bound loop of tiny kernels reads 20% utilisation with SM activity near zero
+    (the real H200 trace l, 600 kernels per sync), and sampled as idle, every 10 s, its minute
+    of launch-bound work held too few samples to be reported."""
     sm = metrics.get(SM_ACTIVE)
-    if sm is not None:
-        return sm >= _BUSY_SM
-    return metrics.get(GPU_UTIL, 0.0) >= _BUSY_UTIL
+    return (sm is not None and sm >= _BUSY_SM) or metrics.get(GPU_UTIL, 0.0) >= _BUSY_UTIL
 
 
 def slow_periods(latency_s: Mapping[str, float], threshold_s: float, duty: float) -> dict[str, float]:

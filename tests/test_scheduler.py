@@ -14,7 +14,8 @@ from agent.cpuclock import HTTP, SAMPLING, TRANSPORT, ThreadCpu
 from agent.driver.simulated import SimulatedFleet
 from agent.exposition import Exposition
 from agent.runtime import Agent, RecordSink, ScheduleConfig
-from agent.scheduler import AdaptiveInterval, CpuBudget, CpuPacer, DueQueue, slow_periods, volatility
+from agent.scheduler import AdaptiveInterval, CpuBudget, CpuPacer, DueQueue, is_busy, slow_periods, volatility
+from telemetry.keys import GPU_UTIL, SM_ACTIVE
 from telemetry.records import GpuRecord
 
 
@@ -88,6 +89,15 @@ def test_idle_gpus_sample_slowly_and_busy_ones_fast() -> None:
     assert busy >= 100  # ~1 s apart while training
     intervals = [agent.interval(k) for k in agent.targets]
     assert intervals[0] == 10.0 and 0.25 <= intervals[1] <= 1.0
+
+
+def test_a_launch_bound_gpu_is_at_work() -> None:
+    """The real H200 trace l: 600 tiny kernels per sync read 19-20% utilisation and SM activity
+    0.0002; sampled as idle (every 10 s) its minute of launch-bound work was too few samples to be
+    reported. Kernels resident are work, whatever the SMs do; an idle GPU reads neither."""
+    assert is_busy({SM_ACTIVE: 0.0002, GPU_UTIL: 20.0})
+    assert is_busy({SM_ACTIVE: 0.6, GPU_UTIL: 70.0}) and is_busy({GPU_UTIL: 30.0})
+    assert not is_busy({SM_ACTIVE: 0.0, GPU_UTIL: 0.0}) and not is_busy({SM_ACTIVE: 0.01, GPU_UTIL: 2.0})
 
 
 def test_process_change_drops_to_the_floor() -> None:
