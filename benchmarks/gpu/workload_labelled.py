@@ -173,14 +173,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "leak_gib": 0.6, "serve_period_s": 18.0, "launch_batch": 600, "hiccup_run_s": 3.0, "hiccup_wait_s": 4.0},
     # "m": the twelfth run, written in the tenth session (2026-12-03) after its changes (work after
     # a fall's recovery is learned; a GPU with kernels resident is sampled as busy) and scored once
-    # when recorded: a checkpoint early, a bursty loader 18 s after it (2.5 s of steps, 3.5 s
-    # waiting), an evaluation, a stall of 1.5 steps' wait, the input work on one thread, a leak of
-    # 0.8 GiB every 3 s; then a new process serving a fast demand wave (10 s) and launch-bound work
-    # with the fewest kernels per sync yet (400)
+    # when recorded; cut in the eleventh to what the session's last device minutes could hold (about
+    # 4.5 minutes): a checkpoint early, a bursty loader 18 s after it (2.5 s of steps, 3.5 s
+    # waiting), a leak of 0.8 GiB every 3 s; then a new process serving a fast demand wave (10 s)
+    # and launch-bound work with the fewest kernels per sync yet (400)
     "m": {"train": (("train", 20.0), ("checkpoint", 8.0), ("train", 18.0), ("hiccup", 70.0), ("train", 22.0),
-                    ("eval", 10.0), ("train", 22.0), ("stall", 70.0), ("train", 22.0), ("onethread", 65.0),
-                    ("train", 20.0), ("leak", 40.0)),
-          "tools": (("serve", 30.0), ("launch", 70.0)),
+                    ("leak", 36.0)),
+          "tools": (("serve", 25.0), ("launch", 70.0)),
           "gpu_s": 0.09, "cpu_s": 0.06, "stall_steps": 1.5, "burners_per_core": 2, "leak_every_s": 3.0,
           "leak_gib": 0.8, "serve_period_s": 10.0, "launch_batch": 400, "hiccup_run_s": 2.5, "hiccup_wait_s": 3.5},
 }
