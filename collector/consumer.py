@@ -148,7 +148,7 @@ class KafkaSource:
         self.ingestor.abandon()
         if self._watcher is not None:
             self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, KafkaError, TimeoutError):
                 await self._watcher
         if self._consumer is not None:
             try:
@@ -427,9 +427,11 @@ class KafkaSource:
                 return
             try:
                 await self.check_partitions()
-            except KafkaError as exc:
+            except (KafkaError, TimeoutError) as exc:
+                # a broker that does not answer in time is away for now: the watch goes on (it ended on
+                # the first timeout, and lag was never updated again)
                 self._limited.warning("ends", "end offsets unknown (%s: %s); lag not updated",
-                                      type(exc).__name__, exc)
+                                      type(exc).__name__, str(exc) or "no answer in 10 s")
 
     async def check_partitions(self) -> None:
         """Lag from the end offsets, and stall detection (then the partition's fetch is restarted)."""

@@ -182,6 +182,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 25.0), ("launch", 70.0)),
           "gpu_s": 0.09, "cpu_s": 0.06, "stall_steps": 1.5, "burners_per_core": 2, "leak_every_s": 3.0,
           "leak_gib": 0.8, "serve_period_s": 10.0, "launch_batch": 400, "hiccup_run_s": 2.5, "hiccup_wait_s": 3.5},
+    # "n": the thirteenth run, written in the twelfth session (2026-12-03) after its changes (a young
+    # job that works in bursts between waits is judged as waiting for work) and scored once when
+    # recorded: a longer first training (35 s) and an evaluation, a bursty loader at an established
+    # level (3 s of steps, 3 s waiting: half the level's work, the mildest yet), the batch growing
+    # by half after it (normal: a level rise after a reported fall), 3 burners per core, a slow
+    # leak (0.5 GiB every 2 s); then a new process serving a 16-s demand wave, a memory-bound pass
+    # (normal) and launch-bound work (800 tiny kernels per sync); a GPU-heavier step
+    "n": {"train": (("train", 35.0), ("eval", 8.0), ("train", 22.0), ("hiccup", 60.0), ("train", 22.0),
+                    ("bigbatch", 25.0), ("train", 20.0), ("contention", 60.0), ("train", 22.0), ("leak", 36.0)),
+          "tools": (("serve", 25.0), ("membound", 8.0), ("launch", 60.0)),
+          "gpu_s": 0.11, "cpu_s": 0.05, "stall_steps": 1.5, "burners_per_core": 3, "leak_every_s": 2.0,
+          "leak_gib": 0.5, "serve_period_s": 16.0, "launch_batch": 800, "hiccup_run_s": 3.0, "hiccup_wait_s": 3.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order

@@ -59,7 +59,7 @@ from collections.abc import Sequence
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.launch import COPYING
-from collector.detect.level import CUSUM_H, CUSUM_WINDOW, IDLE, PLATEAU, YOUNG_DEEP, ZERO, ActivityLevel
+from collector.detect.level import CUSUM_H, CUSUM_WINDOW, DUTY_MEAN, IDLE, PLATEAU, YOUNG_DEEP, ZERO, ActivityLevel
 from collector.detect.state import GpuState
 from telemetry.keys import SM_ACTIVE
 
@@ -125,22 +125,28 @@ def verdict(st: GpuState, since: float, ts: float) -> Verdict | None:
 
 
 def _young(st: GpuState, ts: float, lone: bool) -> bool:
-    """A deep fall from a level held too briefly to count yet (the real H200 trace i: a stall 20 s
-    into a job, 84% down): a fault of a steady job only when the host names a cause and nothing
-    says it serves requests (an inference server after its warm-up waits for traffic, and sleeps).
-    Judged from when it left that level, on the evidence since then."""
+    """A fall from a level held too briefly to count yet, of a lone GPU that nothing says serves
+    requests (an inference server after its warm-up waits for traffic, and sleeps): a fault of a
+    steady job when it is deep and the host names a cause (the real H200 trace i: a stall 20 s into
+    a job, 84% down), or when since it left that level the job has worked in bursts at it between
+    idle waits for 30 s (``ActivityLevel.duty_cycled``: a job whose input cannot keep up, the real
+    H200 traces j and m, whose host showed no cause: its loader sleeps while it reads). Judged
+    from when it left that level, on the evidence since then."""
     lv = st.level
     if not lone or lv.plateau_blocks == 0 or st.evidence.serves():
         return False
     ref = lv.high_within(ts, _YOUNG_S)
-    if ref < 2 * IDLE or lv.fast >= YOUNG_DEEP * ref:
+    if ref < 2 * IDLE or lv.fast >= DUTY_MEAN * ref:
         return False
     since = lv.left_plateau(ref, ts, _YOUNG_S)
     found = verdict(st, since, ts)
-    if found is None or not found.host_side:
-        return False
-    lv.start_episode(since, ref, "steady", True, lead=ts - since)
-    return True
+    if lv.fast < YOUNG_DEEP * ref and found is not None and found.host_side:
+        lv.start_episode(since, ref, "steady", True, lead=ts - since)
+        return True
+    if (found is None or found.cause != "demand") and lv.duty_cycled(since, ts, ref):
+        lv.start_episode(since, ref, "steady", True, lead=ts - since, waits=True)
+        return True
+    return False
 
 
 def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) -> bool:
@@ -333,7 +339,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         return None
     why = _explained(st, cfg)
     if why == "copy":
-        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported)  # judged from when the copy ends
+        # judged from when the copy ends
+        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported, waits=lv.ep_waits)
         return None
     if why is not None:
         lv.end_episode()
@@ -364,7 +371,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         return _finding(st, ts, cfg, pod_peers, svc_peers, False)
     depth = lv.episode_depth()
     # a host-side cause says what an evaluation pass (a smooth fall) would not: the job waits
-    waits = depth <= DEEP or lv.bursty() or (found is not None and found.host_side)
+    waits = depth <= DEEP or lv.ep_waits or lv.bursty() or (found is not None and found.host_side)
     if lv.ep_mode == "step":
         hold = cfg.demand_hold_s
     else:

@@ -90,6 +90,11 @@ YOUNG_DEEP = 0.3  # a level not yet established is judged only for a fall this d
 MAX_BLOCKS = 34  # ... of which the highest is ``recent_max`` (a little more than ANCHOR_FROM)
 _HELD_MAX = 24  # blocks held while a recovery is judged (2 minutes: a recovery takes 10-40 s)
 RECENT_BLOCKS = 96  # block means kept for the anchor (ANCHOR_FROM, and a reported fall of up to 5 minutes)
+SAMPLES = 96  # the latest samples themselves (a minute and more), for telling a job that works in bursts
+DUTY_S = 30.0  # ... which it must have done this long
+DUTY_HIGH = 0.7  # a burst runs at this fraction of the level or more; a wait reads below IDLE
+DUTY_MEAN = 0.6  # ... and all of it together does at most this fraction of the level's work
+DUTY_EDGES = 3  # ... in this many bursts that rose from a wait
 
 
 def _median(values: list[float]) -> float:
@@ -119,13 +124,13 @@ def _line(pts: list[tuple[float, float]]) -> tuple[float, float, float]:
 class ActivityLevel:
     """SM activity of one process set on one GPU; feed every sample with :meth:`update`."""
 
-    __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line_cache", "b_fb", "b_fb_n", "b_n", "b_sq", "b_start",
-                 "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips", "ep_abrupt",
-                 "ep_blocks", "ep_dsum", "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref",
-                 "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "fast", "fast_ts", "fb_level", "held",
-                 "incident", "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks", "rebase_ts",
-                 "recent", "recent_max", "recent_means", "since", "slow", "sorted", "spread", "steady", "tight",
-                 "zero_since")
+    __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line_cache", "b_fb", "b_fb_n", "b_n", "b_sq",
+                 "b_start", "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips",
+                 "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref",
+                 "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "ep_waits", "fast", "fast_ts", "fb_level",
+                 "held", "incident", "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks",
+                 "rebase_ts", "recent", "recent_max", "recent_means", "samples", "since", "slow", "sorted", "spread",
+                 "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -152,6 +157,7 @@ class ActivityLevel:
         self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT_BLOCKS)  # (end ts, mean SM) of every block
         self.recent_means: deque[float] = deque(maxlen=MAX_BLOCKS)  # the latest of the same means alone
         self.recent_max = 0.0  # the highest of them
+        self.samples: deque[tuple[float, float]] = deque(maxlen=SAMPLES)  # (ts, SM) of the latest samples
         self.noises: deque[float] = deque(maxlen=16)  # per-sample variation (relative) of recent plateau blocks
         self.noise = 0.0  # their median
         self.level = 0.0
@@ -184,6 +190,7 @@ class ActivityLevel:
         self.ep_up = -1.0  # since when activity is back above the fall's end ratio (-1: it is not)
         self.ep_reported = False  # whether this fall was reported (an open anomaly of another fall is not its)
         self.ep_lead = 0.0  # how long before it was seen below its ratio the fall left the plateau
+        self.ep_waits = False  # whether it is known to be a job waiting for work (duty_cycled), whatever its depth
         # seconds of the fall excused as known dips, and the current run of blocks like one of them
         self.ep_excused = 0.0
         self.ep_runs: dict[int, float] = {}
@@ -215,6 +222,7 @@ class ActivityLevel:
             self.slow += dt / (SLOW_TAU + dt) * (sm - self.slow)
         self.jitter += (abs(sm - self.last) - self.jitter) * JITTER_ALPHA
         self.last = sm
+        self.samples.append((ts, sm))
         b_start = self.b_start
         if ts < b_start:
             return  # warm-up: the process's first seconds are not its level
@@ -354,8 +362,8 @@ class ActivityLevel:
         fast = self.fast
         if fast <= 0.0:
             return False
-        if not self.established:
-            return self.plateau_blocks > 0 and fast < YOUNG_DEEP * self.recent_max
+        if not self.established:  # a deep fall, or a job that works in bursts (duty_cycled)
+            return self.plateau_blocks > 0 and fast < DUTY_MEAN * self.recent_max
         return fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max
 
     def left_plateau(self, ref: float, ts: float, within: float) -> float:
@@ -369,6 +377,43 @@ class ActivityLevel:
             if mean >= floor:
                 return end
         return ts - within
+
+    def duty_cycled(self, since: float, ts: float, ref: float) -> bool:
+        """Whether, since ``since`` (and for ``DUTY_S`` at least), the samples came as bursts at the
+        level ``ref`` (``DUTY_HIGH`` of it or more) between waits of an idle GPU (below ``IDLE``),
+        ``DUTY_EDGES`` bursts or more, few samples between the two, and doing ``DUTY_MEAN`` of the
+        level's work or less. Why: a job whose input cannot keep up runs each step at full speed
+        as soon as its batch arrives, then waits for the next one (the real H200 traces j and m:
+        2.5 s steps, 3.5 s waits; their samples read 0.31-0.38 at the level, 0.52-0.54 idle, 9-17%
+        between). Nothing else a GPU does reads like that: a serving replica's activity moves with
+        its requests through every value between (32-49% of its samples between, in every real
+        trace), an evaluation is one smooth lower plateau, a checkpoint or a stall one long wait or
+        one long trickle, and a job that always worked in bursts has no level above its bursts'
+        mean to fall from (``ref`` is a 5-second block's mean)."""
+        if ts - since < DUTY_S or ref <= 0.0:
+            return False
+        high = DUTY_HIGH * ref
+        n = hi = lo = edges = 0
+        total = 0.0
+        waited = False
+        first = ts
+        for t, sm in reversed(self.samples):
+            if t <= since:
+                break
+            first = t
+            n += 1
+            total += sm
+            if sm >= high:
+                hi += 1
+                edges += waited  # read backwards: this burst ended in a wait
+                waited = False
+            elif sm < IDLE:
+                lo += 1
+                waited = True
+        if n < 12 or ts - first < DUTY_S:
+            return False  # too few samples kept to tell
+        return (edges >= DUTY_EDGES and hi >= 0.15 * n and lo >= 0.2 * n and n - hi - lo <= 0.25 * n
+                and total <= DUTY_MEAN * ref * n)
 
     def forget_since(self, since: float) -> None:
         """Unlearn the blocks that ended after ``since``: the way down of a fall that turned out to
@@ -513,9 +558,11 @@ class ActivityLevel:
 
     # ---- the fall being judged ----
     def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool, reported: bool = False,
-                      lead: float = 0.0) -> None:
-        """A fall from ``ref`` that began at ``ts``, first seen below its ratio ``lead`` seconds later."""
+                      lead: float = 0.0, waits: bool = False) -> None:
+        """A fall from ``ref`` that began at ``ts``, first seen below its ratio ``lead`` seconds later;
+        ``waits``: the job is known to wait for work (it is judged as one, whatever its depth)."""
         self.ep_ref, self.ep_start, self.ep_mode, self.ep_abrupt = ref, ts, mode, abrupt
+        self.ep_waits = waits
         self.ep_reported = reported
         self.ep_lead = lead
         self.ep_sum, self.ep_dsum, self.ep_n, self.ep_up = 0.0, 0.0, 0, -1.0
@@ -526,9 +573,16 @@ class ActivityLevel:
     def recovered(self, ts: float, ratio: float) -> bool:
         """Whether activity has been back above ``ratio`` of the fall's reference for ``RECOVER_S``
         (a burst of a bursty stall is not a recovery: in a fall that comes in bursts, as in a
-        demand-driven workload's under request noise, the slow mean must be back too)."""
+        demand-driven workload's under request noise, the slow mean must be back too; a job known
+        to wait between its bursts must have worked without a wait)."""
         floor = ratio * self.ep_ref
-        if self.fast < floor or ((self.ep_mode != "steady" or self.bursty()) and self.slow < floor):
+        if self.ep_waits:
+            # a job that worked in bursts between waits is back once it works without a wait: the slow
+            # mean would take the next 20 s to say so (the real H200 trace j's next fall came 20 s after)
+            down = self.fast < floor or self.last < IDLE
+        else:
+            down = self.fast < floor or ((self.ep_mode != "steady" or self.bursty()) and self.slow < floor)
+        if down:
             self.ep_up = -1.0
             return False
         if self.ep_up < 0:

@@ -10,11 +10,13 @@ out, and idle, memory-bound and copy-bound phases are not.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
-from collector.detect import DetectorConfig
+from collector.detect import Anomaly, DetectorConfig
 from collector.detect.level import ActivityLevel
+from telemetry.records import GpuRecord
 from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
 
 SERVE = {"reasons": 0, "clock": 1980.0}
@@ -241,6 +243,35 @@ def test_a_new_phase_of_the_same_process_is_learned_afresh() -> None:
             return record(t, g, sm=0.96, fb=0.3 * TOTAL, pod="")
         return record(t, g, sm=0.085, fb=0.3 * TOTAL + 20480, pod="")
     assert run(trace(600, 1, make)) == []
+
+
+def _young_then(after: Callable[[int], float]) -> list[Anomaly]:
+    """A lone job (no pod: a bare host) that trains 25 s at 0.9, too briefly for its level to count,
+    then runs ``after(seconds since)`` for two minutes, sampled every second."""
+    def make(t: float, g: int) -> GpuRecord:
+        return record(t, g, sm=0.9 if t < 35 else after(int(t) - 35), pod="")
+    return run(trace(155, 1, make))
+
+
+def test_a_young_job_that_works_in_bursts_between_waits_is_found() -> None:
+    """The real H200 traces j and m: 20 s of training after a checkpoint, then a loader that cannot
+    keep up (each step at full speed once its batch arrives, then a wait) and no host-side cause
+    (the loader sleeps while it reads). Found, judged from when it left its level."""
+    found = _young_then(lambda s: 0.9 if s % 6 < 3 else 0.0)
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 35 < found[0].start - T0 <= 35 + 90
+
+
+def test_a_young_replica_whose_activity_moves_with_its_requests_is_quiet() -> None:
+    """A lone server after its warm-up: its activity moves with the requests through every value
+    between idle and its warm-up's (the real traces' serving waves read 32-49% of their samples
+    between), it is no job waiting between bursts; nor is one that idles and serves a request
+    now and then (fewer than three bursts in its first minutes), nor work in bursts that do as
+    much as the level did (it keeps up)."""
+    levels = (0.0, 0.2, 0.35, 0.5, 0.7, 0.9)
+    assert _young_then(lambda s: levels[(s * 7) % 6]) == []
+    assert _young_then(lambda s: 0.9 if s % 50 < 3 else 0.0) == []
+    assert _young_then(lambda s: 0.9 if s % 6 < 5 else 0.0) == []
 
 
 # ---- item 2: demand versus lost capacity ----

@@ -7,7 +7,7 @@
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
   every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
-  variants b to l (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
+  variants b to m (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
   at its recording (docs/gpu-validation.md says which were then looked at).
 """
 
@@ -223,11 +223,15 @@ def test_trace_j_recorded_with_the_fifth_sessions_detectors_four_of_five() -> No
     them); the detectors of that session's start found 1 of 5 and raised one false drop. Its
     bursty loader (2 s of steps, 3 s waiting) came 20 s after a checkpoint, with the job's level
     not yet established, and the process slept 44% of the time on average (under the 60% that
-    says "waiting on input"): missed, and left so (not tuned on)."""
+    says "waiting on input"): missed at recording. Trace m (eleventh session) missed the same
+    phase the same way; since then a young level's job that works in bursts at its level between
+    idle waits is judged as waiting for work (level.py ``duty_cycled``), and one known to wait is
+    back once it works without a wait (the single-thread fall came 20 s after): 5 of 5, tuned on."""
     trace = DATA / "h200-labelled-j.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == ["hiccup"]
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
+    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
 
 
 def test_trace_k_recorded_with_the_sixth_sessions_detectors_five_of_five() -> None:
@@ -259,3 +263,20 @@ def test_trace_l_recorded_again_four_of_five_its_launch_bound_minute_sampled_as_
     launch = [r for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
               and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
     assert 10 <= len(launch) <= 16  # the sparse samples that explain the miss
+
+
+def test_trace_m_the_agents_launch_bound_fix_on_the_gpu_and_a_young_jobs_input_bursts() -> None:
+    """Variant m, recorded in the eleventh session with that session's starting detectors and
+    scored once: 2 of 3, nothing on its normal phases (a checkpoint, a serving wave). Its
+    launch-bound phase (400 tiny kernels per sync) was read 74 times in 70 s (trace l's: 14 in
+    66 s), found in 61 s: the agent's fix, checked on the H200. Its bursty loader (2.5 s of steps,
+    3.5 s waiting), 18 s after a checkpoint, was missed as trace j's was; found since
+    (``duty_cycled``), tuned on: 3 of 3."""
+    trace = DATA / "h200-labelled-m.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["false"] == []
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
+    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    launch = [r for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
+              and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
+    assert len(launch) >= 60  # sampled as a GPU at work
