@@ -194,6 +194,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 25.0), ("membound", 8.0), ("launch", 60.0)),
           "gpu_s": 0.11, "cpu_s": 0.05, "stall_steps": 1.5, "burners_per_core": 3, "leak_every_s": 2.0,
           "leak_gib": 0.5, "serve_period_s": 16.0, "launch_batch": 800, "hiccup_run_s": 3.0, "hiccup_wait_s": 3.0},
+    # "o": the fourteenth run, written in the twelfth session (2026-12-03) before n was looked at and
+    # scored once when recorded: a checkpoint early, the input work on one thread 25 s after it, a
+    # slow drift (each step waits longer for 45 s, then holds at 1.6 steps' wait), a leak of 0.6 GiB
+    # every 2 s; then a new process serving a slow demand wave (20 s), a host-to-device copy (normal)
+    # and launch-bound work for 75 s with the most kernels per sync yet (2,000); a CPU-heavier step
+    "o": {"train": (("train", 30.0), ("checkpoint", 8.0), ("train", 25.0), ("onethread", 65.0), ("train", 22.0),
+                    ("drift", 90.0), ("train", 20.0), ("leak", 36.0)),
+          "tools": (("serve", 30.0), ("copy", 8.0), ("launch", 75.0)),
+          "gpu_s": 0.07, "cpu_s": 0.07, "stall_steps": 1.5, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.6, "serve_period_s": 20.0, "launch_batch": 2000, "drift_steps": 1.6, "drift_ramp_s": 45.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
