@@ -384,12 +384,13 @@ class ActivityLevel:
         ``DUTY_EDGES`` bursts or more, few samples between the two, and doing ``DUTY_MEAN`` of the
         level's work or less. Why: a job whose input cannot keep up runs each step at full speed
         as soon as its batch arrives, then waits for the next one (the real H200 traces j and m:
-        2.5 s steps, 3.5 s waits; their samples read 0.31-0.38 at the level, 0.52-0.54 idle, 9-17%
-        between). Nothing else a GPU does reads like that: a serving replica's activity moves with
-        its requests through every value between (32-49% of its samples between, in every real
-        trace), an evaluation is one smooth lower plateau, a checkpoint or a stall one long wait or
-        one long trickle, and a job that always worked in bursts has no level above its bursts'
-        mean to fall from (``ref`` is a 5-second block's mean)."""
+        2-2.5 s of steps, 3-3.5 s waits; their samples read 0.31-0.38 at the level, 0.52-0.54 idle,
+        9-17% between: benchmarks/gpu/duty_fractions.py). Nothing else a GPU does reads like that:
+        a serving replica's activity moves with its requests through every value between, and is
+        seldom idle (22-58% of its samples between, 0-3% idle, in every real trace), an evaluation
+        is one smooth lower plateau, a checkpoint or a stall one long wait or one long trickle, and
+        a job that always worked in bursts has no level above its bursts' mean to fall from
+        (``ref`` is a 5-second block's mean)."""
         if ts - since < DUTY_S or ref <= 0.0:
             return False
         high = DUTY_HIGH * ref

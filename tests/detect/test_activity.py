@@ -264,7 +264,7 @@ def test_a_young_job_that_works_in_bursts_between_waits_is_found() -> None:
 
 def test_a_young_replica_whose_activity_moves_with_its_requests_is_quiet() -> None:
     """A lone server after its warm-up: its activity moves with the requests through every value
-    between idle and its warm-up's (the real traces' serving waves read 32-49% of their samples
+    between idle and its warm-up's (the real traces' serving waves read 22-58% of their samples
     between), it is no job waiting between bursts; nor is one that idles and serves a request
     now and then (fewer than three bursts in its first minutes), nor work in bursts that do as
     much as the level did (it keeps up)."""
