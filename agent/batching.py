@@ -60,7 +60,7 @@ def memory_wants_spool(messages: int, nbytes: int, oldest_age_s: float, max_mess
 class PartitionOf:
     """Kafka's default (murmur2) partition for a key, as the Java client and aiokafka pick it.
 
-    Hashes are cached: keys are GPU UUIDs, a handful per node, and the pure-Python murmur2
+    Hashes are cached: keys are node names (GPU UUIDs in older agents' spools), and the pure-Python murmur2
     was a quarter of the replay's CPU time.
     """
 

@@ -8,7 +8,8 @@ gets compact multi-record frames and an idle one still reaches the collector wit
 deltas against the GPU's previous frame and a keyframe every ``keyframe_every`` frames;
 the collector resumes from the last keyframe after a restart.
 
-Messages are keyed by GPU UUID, so Kafka keeps each GPU's frames in order. Every frame and
+Messages are keyed by the node (:func:`telemetry.wire.partition_key`), so Kafka keeps each GPU's
+frames in order and a pod's GPUs on one partition. Every frame and
 event carries the Kafka headers ``node`` and ``instance`` (UTF-8; :mod:`telemetry.wire`): ``instance`` is a random
 id the agent draws when its process starts, so the collector can tell two agents that
 report the same GPU UUID apart (a re-imaged node, a misconfigured simulator) and knows a
@@ -29,7 +30,7 @@ from agent.cpuclock import TRANSPORT, ThreadCpu
 from agent.stats import counter, snapshot
 from telemetry.codec import FrameEncoder
 from telemetry.records import EventRecord, GpuRecord
-from telemetry.wire import Message, MessageType, encode_event, stream_headers
+from telemetry.wire import Message, MessageType, encode_event, partition_key, stream_headers
 
 Submit = Callable[[Message], None]
 
@@ -67,6 +68,7 @@ class Framer:
         self.zstd_level = zstd_level
         self.clock = clock
         self.cpu = cpu or ThreadCpu()
+        self.key = partition_key(node)
         self.frame_headers = stream_headers(MessageType.FRAME, node, instance)
         self.event_headers = stream_headers(MessageType.EVENT, node, instance)
         self._lock = threading.Lock()
@@ -90,7 +92,7 @@ class Framer:
 
     def add_event(self, event: EventRecord) -> None:
         self.events_total += 1
-        self.submit(Message(event.gpu.encode(), encode_event(event), self.event_headers))
+        self.submit(Message(self.key, encode_event(event), self.event_headers))
 
     # ---- flushing ----
     def flush_due(self, now: float | None = None) -> int:
@@ -139,7 +141,7 @@ class Framer:
         self.frames_total += 1
         self.records_total += len(records)
         self.frame_bytes_total += len(frame)
-        self.submit(Message(gpu.encode(), frame, self.frame_headers))
+        self.submit(Message(self.key, frame, self.frame_headers))
 
     # ---- a timer thread for max_delay ----
     def start(self) -> None:

@@ -46,7 +46,7 @@ from agent.stats import counter, snapshot
 from telemetry.kernels import MAX_TEXT_CHARS, MAX_VALUE_BYTES, KernelWindow
 from telemetry.ratelimit import RateLimitedLog
 from telemetry.records import GpuRecord, ProcessRecord
-from telemetry.wire import Message, MessageType, stream_headers
+from telemetry.wire import Message, MessageType, partition_key, stream_headers
 
 if TYPE_CHECKING:
     from agent.settings import AgentSettings
@@ -219,7 +219,7 @@ class KernelReceiver:
             return
         if not gpu and not identity["pod"]:
             self.unattributed_total += 1
-        self.submit(Message((gpu or self.node).encode(), value, self.headers))
+        self.submit(Message(partition_key(self.node), value, self.headers))
         self.forwarded_total += 1
 
     def _identity(self, pid: int) -> tuple[str, Who | None]:

@@ -40,7 +40,7 @@ from agent.stats import counter, snapshot
 from telemetry.control import ProfileRequest
 from telemetry.profile import MAX_STACK_CHARS, MEANING, ProcessProfile, ProfileResult, Stack, Status
 from telemetry.records import GpuRecord
-from telemetry.wire import Message, MessageType, stream_headers
+from telemetry.wire import Message, MessageType, partition_key, stream_headers
 
 if TYPE_CHECKING:
     from agent.settings import AgentSettings
@@ -221,7 +221,7 @@ class Profiler:
         return ProfileResult(self.node, req.gpu, req.anomaly, self.wall(), (), status, reason or MEANING[status])
 
     def _send(self, result: ProfileResult) -> None:
-        self.submit(Message(result.gpu.encode(), result.encode(), self.headers))
+        self.submit(Message(partition_key(self.node), result.encode(), self.headers))
 
 
 def fit(stacks: Sequence[Stack], max_bytes: int) -> tuple[tuple[Stack, ...], int]:

@@ -16,8 +16,8 @@ Why it is built this way:
   (full) keeps what it took; the rest waits in memory, and spool writes back off (1 s
   doubling to 30 s) instead of failing five times a second. Memory holds four times its
   bound before its oldest are dropped, counted apart (``memory_dropped_total``).
-* **Per-GPU order.** Messages are keyed by GPU UUID (Kafka's murmur2 partitioner puts a
-  GPU on one partition). The spool is one FIFO, and while it holds anything every new
+* **Per-GPU order.** Messages are keyed by the node (Kafka's murmur2 partitioner puts a
+  node, and so each of its GPUs, on one partition). The spool is one FIFO, and while it holds anything every new
   message goes behind it, so each GPU's frames reach the topic in the order submitted.
   A batch in flight when memory overflows is written to the spool *ahead* of the overflow
   and, once its outcome is known, the delivered part is committed without a resend.

@@ -156,6 +156,10 @@ class KafkaSource:
             except (KafkaError, TimeoutError) as exc:
                 log.warning("stopping the Kafka client: %s", exc)
 
+    def assignment(self) -> set[int]:
+        """The partitions this member of the group reads now (none before it joined)."""
+        return {tp.partition for tp in self._consumer.assignment()} if self._consumer is not None else set()
+
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)

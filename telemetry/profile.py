@@ -6,8 +6,8 @@ and web page say what each status means; the statuses, their sentences, the size
 and the strict decoder are therefore written once, here.
 
 A :class:`ProfileResult` is the value of a ``profile`` message on the telemetry topic,
-keyed like the GPU's frames (the GPU UUID) with the stream headers. It names the anomaly
-(the collector's row id from the request), the node and GPU, and one
+keyed like the GPU's frames (the node: :func:`telemetry.wire.partition_key`) with the stream
+headers. It names the anomaly (the collector's row id from the request), the node and GPU, and one
 :class:`ProcessProfile` per process that was on the GPU: its status (``captured`` or the
 reason it was not), and for a captured one its stacks in the folded format that py-spy's
 ``--format raw`` writes (``outer;inner;leaf count``, root first). The decoder rejects

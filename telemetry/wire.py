@@ -7,8 +7,8 @@ have been a dead letter on the other. Both sides (and ``gpuwatch up``'s in-proce
 import these definitions instead. The topic names are :mod:`telemetry.control`'s
 (``DEFAULT_TOPIC``, ``dlq_topic``, ``control_topic``).
 
-A message is an opaque key (the GPU UUID, so Kafka keeps each GPU's frames in order), a
-value and headers. The value of a ``frame`` is a :mod:`telemetry.codec` frame; that of an
+A message is an opaque key (its agent's node: :func:`partition_key`), a value and headers.
+The value of a ``frame`` is a :mod:`telemetry.codec` frame; that of an
 ``event`` is one JSON object, an :class:`~telemetry.records.EventRecord`
 (:func:`encode_event`, :func:`decode_event`); that of a ``profile`` (a CPU profile the
 agent took because an anomaly opened) is one JSON object too
@@ -66,7 +66,7 @@ _BY_HEADER: Final = {t.header: t for t in MessageType}
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One Kafka record as the agent sends it: opaque key (the GPU UUID), value and headers."""
+    """One Kafka record as the agent sends it: opaque key (:func:`partition_key`), value and headers."""
 
     key: bytes
     value: bytes
@@ -76,6 +76,22 @@ class Message:
     def size(self) -> int:
         """Bytes of key, value and headers (what the memory bounds count)."""
         return len(self.key) + len(self.value) + sum(len(n) + len(v) for n, v in self.headers)
+
+
+def partition_key(node: str) -> bytes:
+    """The Kafka key of every message an agent sends: its node's name.
+
+    Why the node, not the GPU: Kafka keeps one key's messages in order on one partition, and
+    a collector replica reads whole partitions. Keyed by the node, a pod's GPUs (which share a
+    node) and the node's events reach the same replica, so the detectors that compare a pod's
+    GPUs (a straggler, a pod-wide fall) see all of them however many replicas share the topic;
+    keyed by GPU, a pod's GPUs were spread over partitions, and so over replicas, and a
+    replica could hold one GPU of a pod. Each GPU's frames stay in order (one node, one key).
+    The cost: a node's GPUs weigh on one partition, so partitions balance by node (a fleet has
+    hundreds to thousands), not by GPU. docs/architecture.md says what this leaves: peers that
+    share a service across nodes.
+    """
+    return node.encode()
 
 
 def stream_headers(kind: MessageType, node: str, instance: str) -> Headers:

@@ -127,7 +127,7 @@ def test_a_window_gets_the_identity_of_the_pid_the_kernel_states(short_dir: Path
         send(path, WINDOW.encode())
         handled(receiver, 1)
     (msg,) = sent.messages
-    assert msg.key == GPU_A.encode()
+    assert msg.key == NODE.encode()  # keyed like the node's frames
     assert msg.headers == stream_headers(MessageType.KERNELS, NODE, INSTANCE)
     (window,) = sent.windows()
     assert window == replace(WINDOW, pid=os.getpid(), node=NODE, gpu=GPU_A, namespace="research", pod="trainer-0",

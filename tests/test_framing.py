@@ -41,8 +41,9 @@ def test_a_keyframe_request_makes_the_next_frame_of_that_gpu_a_keyframe() -> Non
     framer.add(_record("GPU-1", 3.0))
     framer.add(_record("GPU-2", 3.0))
     framer.add(_record("GPU-2", 4.0))
-    assert [(m.key, peek_header(m.value).keyframe) for m in out] == [
-        (b"GPU-1", False), (b"GPU-2", True), (b"GPU-2", False)]
+    assert [(peek_header(m.value).gpu, peek_header(m.value).keyframe) for m in out] == [
+        ("GPU-1", False), ("GPU-2", True), ("GPU-2", False)]
+    assert {m.key for m in out} == {b"node-a"}  # keyed by the node: a pod's GPUs on one partition
     out.clear()
     framer.request_keyframe(None)  # every GPU (after a reconnect, say)
     framer.add(_record("GPU-1", 5.0))

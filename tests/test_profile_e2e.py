@@ -96,7 +96,7 @@ async def _pipeline(dsn: str, pid: int) -> dict[str, str]:
             return await transport.batch(max_wait=0.2) or None
 
         answer = await await_until(answered, timeout=30, what="the agent's answer")
-        assert [m.header("type") for m in answer] == [b"profile"] and answer[0].key == gpu.encode()
+        assert [m.header("type") for m in answer] == [b"profile"] and answer[0].key == node.encode()
         await ingestor.handle([dataclasses.replace(answer[0], offset=10_000)])
         row = await store.pool.fetchrow("SELECT a.kind, p.status FROM anomalies a JOIN anomaly_profiles p "
                                         "ON p.anomaly_id = a.id")

@@ -110,7 +110,7 @@ def test_py_spy_samples_a_real_python_process_and_its_cpu_is_counted(busy: int) 
     finally:
         profiler.stop()
     msg = sent.messages[0]
-    assert msg.key == GPU.encode() and MessageType.of(dict(msg.headers)["type"]) is MessageType.PROFILE
+    assert msg.key == b"node-x" and MessageType.of(dict(msg.headers)["type"]) is MessageType.PROFILE
     result = sent.results()[0]
     assert (result.anomaly, result.gpu, result.node) == (42, GPU, "node-x")
     [proc] = result.processes
