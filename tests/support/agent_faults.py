@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from telemetry.codec import FrameDecoder, FrameError
+from telemetry.codec import FrameDecoder, FrameError, peek_header
 from tests.fixtures_kafka import KafkaBroker, consume_all
 from tests.support.poll import wait_until
 
@@ -143,7 +143,9 @@ class AgentProcess:
 def stored(bootstrap: str, expected_messages: int) -> tuple[dict[str, int], set[tuple[str, float]]]:
     """Read the topic back and decode every frame: counts, and the (GPU, time) of each sample stored."""
     got = consume_all(bootstrap, TOPIC, expected_messages, timeout=60)
-    decoders: dict[bytes, FrameDecoder] = defaultdict(FrameDecoder)
+    # one decoder per stream: the agent instance and the GPU its frame header names (messages are
+    # keyed by node, so one key carries every GPU of the node)
+    decoders: dict[tuple[bytes | None, str], FrameDecoder] = defaultdict(FrameDecoder)
     seen: set[tuple[str, float]] = set()
     total = undecodable = events = 0
     for c in sorted(got, key=lambda c: (c.partition, c.offset)):
@@ -151,7 +153,8 @@ def stored(bootstrap: str, expected_messages: int) -> tuple[dict[str, int], set[
             events += 1
             continue
         try:
-            records = decoders[c.key or b""].decode(c.value or b"")
+            value = c.value or b""
+            records = decoders[(dict(c.headers).get("instance"), peek_header(value).gpu)].decode(value)
         except FrameError:
             undecodable += 1
             continue
