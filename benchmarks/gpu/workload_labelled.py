@@ -204,6 +204,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 30.0), ("copy", 8.0), ("launch", 75.0)),
           "gpu_s": 0.07, "cpu_s": 0.07, "stall_steps": 1.5, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.6, "serve_period_s": 20.0, "launch_batch": 2000, "drift_steps": 1.6, "drift_ramp_s": 45.0},
+    # "p": the fifteenth run, written in the twelfth session after o was recorded, before it was looked
+    # at, and scored once when recorded: the mildest stall yet (1.2 steps' wait) after an evaluation,
+    # a leak of 0.5 GiB every 2 s; the job stops, and a second job starts: CPU contention 25 s into it
+    # (before its level has held long), then the input work on one thread; a GPU-heavier step
+    "p": {"train": (("train", 30.0), ("eval", 8.0), ("train", 22.0), ("stall", 65.0), ("train", 20.0),
+                    ("leak", 30.0)),
+          "train2": (("train", 25.0), ("contention", 65.0), ("train", 20.0), ("onethread", 60.0)),
+          "tools": (),
+          "gpu_s": 0.10, "cpu_s": 0.06, "stall_steps": 1.2, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.5},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
