@@ -94,7 +94,7 @@ SAMPLES = 96  # the latest samples themselves (a minute and more), for telling a
 DUTY_S = 30.0  # ... which it must have done this long
 DUTY_HIGH = 0.7  # a burst runs at this fraction of the level or more; a wait reads below IDLE
 DUTY_MEAN = 0.6  # ... and all of it together does at most this fraction of the level's work
-DUTY_EDGES = 3  # ... in this many bursts that rose from a wait
+DUTY_EDGES = 3  # ... in this many bursts, each ended by a wait
 
 
 def _median(values: list[float]) -> float:

@@ -298,3 +298,15 @@ def test_trace_n_three_of_four_its_launch_bound_phase_a_second_short_of_the_find
     launch = [r.ts for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
               and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
     assert 55.0 <= launch[-1] - launch[0] < 60.0
+
+
+def test_trace_o_recorded_with_the_twelfth_sessions_detectors_four_of_four() -> None:
+    """Variant o, written in the twelfth session before trace n was looked at and scored once at
+    its recording: 4 of 4 (the input work on one thread 25 s after a checkpoint, a slow drift,
+    a leak, launch-bound work with 2,000 tiny kernels per sync), nothing on its normal phases (a
+    checkpoint, a slow serving wave, a host-to-device copy), each drop within 90 s."""
+    trace = DATA / "h200-labelled-o.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["false"] == []
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
+    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
