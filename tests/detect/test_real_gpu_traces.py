@@ -7,7 +7,7 @@
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
   every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
-  variants b to m (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
+  variants b to p (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
   at its recording (docs/gpu-validation.md says which were then looked at).
 """
 
