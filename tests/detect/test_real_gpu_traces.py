@@ -24,6 +24,17 @@ from tests.support.incidents.labelled import evaluate, score
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
 
+def _scored(variant: str, missed: list[str]) -> Path:
+    """A labelled trace replayed against its labels: no bad line, nothing on a normal phase, the
+    incidents ``missed`` and no other, every drop found within 90 s. Returns the trace's path."""
+    trace = DATA / f"h200-labelled-{variant}.jsonl"
+    result = evaluate(trace, trace.with_suffix(".labels.json"))
+    assert result["bad_lines"] == 0 and result["false"] == []
+    assert [i["phase"] for i in result["incidents"] if not i["found"]] == missed
+    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop" and i["found"])
+    return trace
+
+
 def _phases(name: str) -> dict[str, float]:
     lines = (DATA / name).read_text().split("\n")
     return {phase: float(t) for phase, t in (line.split() for line in lines if line.strip())}
@@ -208,11 +219,7 @@ def test_trace_i_a_stall_20_s_into_a_job_and_a_fall_after_a_reported_drift() -> 
     into the job, before its level had held 30 s, and the contention 20 s after a reported drift
     were missed). Now: the young level's deep fall is judged when the host names its cause, a
     reported fall's way down is unlearned, and a fall is timed from when it left the plateau."""
-    trace = DATA / "h200-labelled-i.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    trace = _scored("i", [])
     drops = [a for a in replay(read_trace(trace)).anomalies if a.kind == "throughput_drop"]
     assert drops[0].causes[-1].endswith("waiting on input") and drops[-1].causes[-1].endswith("host CPU contention")
 
@@ -227,11 +234,7 @@ def test_trace_j_recorded_with_the_fifth_sessions_detectors_four_of_five() -> No
     phase the same way; since then a young level's job that works in bursts at its level between
     idle waits is judged as waiting for work (level.py ``duty_cycled``), and one known to wait is
     back once it works without a wait (the single-thread fall came 20 s after): 5 of 5, tuned on."""
-    trace = DATA / "h200-labelled-j.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    _scored("j", [])
 
 
 def test_trace_k_recorded_with_the_sixth_sessions_detectors_five_of_five() -> None:
@@ -239,11 +242,7 @@ def test_trace_k_recorded_with_the_sixth_sessions_detectors_five_of_five() -> No
     replicas: none of which a lone GPU exercises) and scored once, at its recording: 5 of 5 and
     nothing on its normal phases (a checkpoint, an evaluation, a serving wave), each drop within
     90 s. The session's starting detectors score it the same."""
-    trace = DATA / "h200-labelled-k.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    _scored("k", [])
 
 
 def test_trace_l_recorded_again_four_of_five_its_launch_bound_minute_sampled_as_idle() -> None:
@@ -255,11 +254,7 @@ def test_trace_l_recorded_again_four_of_five_its_launch_bound_minute_sampled_as_
     its SMs idle for an idle one and sampled it every 10 s, too few samples to outlast the
     finding's minute. The agent now counts utilisation as work (tests/test_scheduler.py); this
     recording keeps its samples and its miss."""
-    trace = DATA / "h200-labelled-l.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == ["launch"]
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    trace = _scored("l", ["launch"])
     launch = [r for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
               and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
     assert 10 <= len(launch) <= 16  # the sparse samples that explain the miss
@@ -272,11 +267,7 @@ def test_trace_m_the_agents_launch_bound_fix_on_the_gpu_and_a_young_jobs_input_b
     66 s), found in 61 s: the agent's fix, checked on the H200. Its bursty loader (2.5 s of steps,
     3.5 s waiting), 18 s after a checkpoint, was missed as trace j's was; found since
     (``duty_cycled``), tuned on: 3 of 3."""
-    trace = DATA / "h200-labelled-m.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    trace = _scored("m", [])
     launch = [r for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
               and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
     assert len(launch) >= 60  # sampled as a GPU at work
@@ -290,11 +281,7 @@ def test_trace_n_three_of_four_its_launch_bound_phase_a_second_short_of_the_find
     phase lasted 60.9 s, and read launch-bound from its second sample to its last, 59.4 s: a
     second short of the finding's minute (``launch_hold_s``), so no finding, by the rule the issue
     asks for ("for minutes"); the hold is not shortened to fit this recording."""
-    trace = DATA / "h200-labelled-n.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == ["launch"]
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    trace = _scored("n", ["launch"])
     launch = [r.ts for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
               and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
     assert 55.0 <= launch[-1] - launch[0] < 60.0
@@ -305,11 +292,7 @@ def test_trace_o_recorded_with_the_twelfth_sessions_detectors_four_of_four() -> 
     its recording: 4 of 4 (the input work on one thread 25 s after a checkpoint, a slow drift,
     a leak, launch-bound work with 2,000 tiny kernels per sync), nothing on its normal phases (a
     checkpoint, a slow serving wave, a host-to-device copy), each drop within 90 s."""
-    trace = DATA / "h200-labelled-o.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == []
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop")
+    _scored("o", [])
 
 
 def test_trace_p_a_second_jobs_contention_found_its_single_thread_inside_that_anomaly() -> None:
@@ -320,10 +303,6 @@ def test_trace_p_a_second_jobs_contention_found_its_single_thread_inside_that_an
     the 20 s of work after it (a fall in bursts is over once its slow mean is back: about 25 s),
     so the input work on one thread that follows is inside that anomaly, not one of its own, as
     trace e's loader and contention were. Left so (not tuned on)."""
-    trace = DATA / "h200-labelled-p.jsonl"
-    result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
-    assert [i["phase"] for i in result["incidents"] if not i["found"]] == ["onethread"]
-    assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop" and i["found"])
+    trace = _scored("p", ["onethread"])
     drops = [a for a in replay(read_trace(trace)).anomalies if a.kind == "throughput_drop"]
     assert drops[-1].causes[-1].endswith("host CPU contention")
