@@ -31,6 +31,7 @@ from tests.detect.helpers import record
 REAL_S = 0.1  # real seconds between two reads (one record second each)
 NORMAL = 45  # records of normal work (the level counts after 30 s of it)
 INCIDENT = 80  # records of the incident (a deep fall of a steady job is reported after 60 s)
+UNNAMED = "the process is alive but the GPU waits for work"  # the cause line when the host names none
 
 _CHILD = r"""
 import hashlib, os, sys, threading, time
@@ -138,6 +139,14 @@ def _diagnose(tmp: Path, incident: str) -> list[str]:
 ])
 def test_the_diagnosis_names_what_the_host_reader_read_of_a_real_process(
         tmp_path: Path, incident: str, cause: str) -> None:
-    causes = _diagnose(tmp_path, incident)
-    assert causes, "no throughput_drop opened"
+    # On a 2-core machine shared with the suite's other workers the node may already be as loaded
+    # before the incident as during it, and the host evidence then rightly names no cause. Such a run
+    # says nothing of the diagnosis, so it runs again (at most three times in all); a wrong cause
+    # named fails at once, and so does a third run that names none.
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        causes = _diagnose(tmp_path / str(attempt), incident)
+        assert causes, "no throughput_drop opened"
+        if not causes[-1].endswith(UNNAMED):
+            break
     assert causes[-1].endswith(cause), causes
