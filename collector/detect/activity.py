@@ -79,6 +79,8 @@ _FORGET_S = 300.0  # how far back before a reported fall its way down is looked 
 # checkpoint writing, or pickling on one thread): a pod-wide fall with one of them is no pod pause
 _CPU_STARVED = ("contention", "throttled")
 _YOUNG_S = 60.0  # a level not yet established: its highest block of this long ago is where it fell from
+_NEW_CAUSE_S = 20.0  # a reported fall's host evidence is weighed again over this window for a new cause ...
+_NEW_CAUSE_HOLD_S = 10.0  # ... which must name the same new cause this long
 
 
 def _median(values: list[float]) -> float:
@@ -147,6 +149,30 @@ def _young(st: GpuState, ts: float, lone: bool) -> bool:
         lv.start_episode(since, ref, "steady", True, lead=ts - since, waits=True)
         return True
     return False
+
+
+def _new_cause(st: GpuState, ts: float) -> bool:
+    """Whether a reported fall that the host named (contention, one busy thread, input) has a new
+    host-side cause since some seconds: the host readings of the last ``_NEW_CAUSE_S`` name a
+    different cause, one that changed at the start of that window, for ``_NEW_CAUSE_HOLD_S``. Why:
+    a job whose CPU contention ended, and whose input then went to one thread 20 s later, never
+    came back to its level for the 10 s that end a fall (its work in between came in bursts), so
+    the second incident stayed inside the first one's anomaly, named by the first cause (the real
+    H200 traces e and p). A cause that only goes on reads as no change in a window inside it."""
+    was = st.drop_cause
+    if was is None or ts - st.new_cause_at < _VERDICT_EVERY_S:
+        return False
+    st.new_cause_at = ts
+    lv = st.level
+    now = st.evidence.weigh(ts - _NEW_CAUSE_S, ts, min(1.0, lv.fast / lv.ep_ref) if lv.ep_ref > 0 else 1.0)
+    if not now.host_side or now.cause in (was, "queue"):
+        st.new_cause = None
+        return False
+    seen = st.new_cause
+    if seen is None or seen[1] != now.cause:
+        st.new_cause = (ts, now.cause)
+        return False
+    return ts - seen[0] >= _NEW_CAUSE_HOLD_S
 
 
 def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) -> bool:
@@ -368,6 +394,14 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             lv.rebase()  # demand, not capacity: its new level is its normal
             return None
     if is_open:
+        if lv.ep_mode == "steady" and _new_cause(st, ts):
+            # a new incident inside the reported one: the reported one ends (its anomaly closes) and the
+            # new one is judged on its own, from when its cause began
+            since, ref = (st.new_cause or (ts, ""))[0] - _NEW_CAUSE_S, lv.ep_ref
+            lv.end_episode(since, reported=True)
+            lv.start_episode(since, ref, "steady", True, lead=ts - since)
+            st.drop_cause = st.new_cause = None
+            return None
         return _finding(st, ts, cfg, pod_peers, svc_peers, False)
     depth = lv.episode_depth()
     # a host-side cause says what an evaluation pass (a smooth fall) would not: the job waits
@@ -398,6 +432,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     # an incident: its way down, learned before the fall was judged, is not the job's work
     lv.forget_since(lv.left_plateau(lv.ep_ref, lv.ep_start, _FORGET_S))
     lv.ep_reported = True
+    st.drop_cause = found.cause if found is not None and found.host_side else None
+    st.new_cause = None
     return _finding(st, ts, cfg, pod_peers, svc_peers, True, pod_wide, waits)
 
 

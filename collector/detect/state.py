@@ -75,6 +75,10 @@ class GpuState:
     # host and inference-server readings beside the GPU's (issue 14), and the last verdict on a fall
     evidence: Evidence = field(default_factory=Evidence)
     verdict: tuple[float, Verdict] | None = None
+    # the host-side cause a reported fall was reported with, and a new one seen since: (since when, cause)
+    drop_cause: str | None = None
+    new_cause: tuple[float, str] | None = None
+    new_cause_at: float = -1e18  # when the evidence was last weighed for a new cause
     # hysteresis: since when each kind's condition holds; open anomalies and when last true
     pending: dict[AnomalyKind, float] = field(default_factory=dict)
     open: dict[AnomalyKind, tuple[Anomaly, float]] = field(default_factory=dict)

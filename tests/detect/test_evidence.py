@@ -92,6 +92,29 @@ def test_a_steady_jobs_fall_names_the_host_side_cause_with_its_numbers(host: Hos
     assert generic == (host is _unchanged)  # a named cause replaces the guess
 
 
+def test_a_new_host_side_cause_inside_a_reported_fall_is_a_new_incident() -> None:
+    """The real H200 trace p: CPU contention, reported; 20 s of work in bursts after it ends (the
+    fall is not over: it never held its level 10 s); then the input work goes to one thread. The
+    second incident is reported on its own, named by its own cause, not left inside the first
+    anomaly; a cause that goes on is one incident (the case above: 180 s of contention, one drop)."""
+    single = FALL_AT + 90
+    rng = random.Random(7)
+    out = []
+    for s in range(single + 120):
+        fallen = FALL_AT <= s < FALL_AT + 70 or s >= single
+        sm = 0.1 if fallen else (0.8 if s < FALL_AT or s % 2 else 0.2)
+        host = _single_thread(float(s), True) if s >= single else _contention(float(s), FALL_AT <= s < FALL_AT + 70)
+        if FALL_AT + 70 <= s < single:
+            host = _single_thread(float(s), False)  # the job's own readings while it works
+        rec = record(float(s), 0, sm=sm * (1.0 + rng.gauss(0.0, 0.02)), pid=100, pod="pod-0", DEV_GPU_UTIL=100.0 * sm,
+                     PROF_PCIE_RX_BYTES=4e8 * sm)
+        out.append(replace(rec, metrics={**rec.metrics, **host}))
+    drops = _drops(run(out))
+    assert len(drops) == 2, [(d.start - T0, d.end and d.end - T0) for d in drops]
+    assert any("node CPU pressure rose" in c for c in drops[0].causes)
+    assert drops[1].start - T0 > single and any("one thread of the process" in c for c in drops[1].causes)
+
+
 def test_an_agent_without_host_evidence_keeps_the_old_words() -> None:
     drops = _drops(run(_job(lambda t, fallen: {})))
     assert len(drops) == 1

@@ -295,14 +295,15 @@ def test_trace_o_recorded_with_the_twelfth_sessions_detectors_four_of_four() -> 
     _scored("o", [])
 
 
-def test_trace_p_a_second_jobs_contention_found_its_single_thread_inside_that_anomaly() -> None:
+def test_trace_p_a_second_jobs_contention_then_its_single_thread_each_its_own_incident() -> None:
     """Variant p, written in the twelfth session before trace o was looked at and scored once at
     its recording: 3 of 4, nothing on its normal phases. The first job's mildest stall yet (1.2
-    steps' wait) after an evaluation, and its leak, are found; in a second job, CPU contention 25
-    s into it is found (the young level's deep fall, named by the host) and stays open through
-    the 20 s of work after it (a fall in bursts is over once its slow mean is back: about 25 s),
-    so the input work on one thread that follows is inside that anomaly, not one of its own, as
-    trace e's loader and contention were. Left so (not tuned on)."""
-    trace = _scored("p", ["onethread"])
+    steps' wait) after an evaluation, and its leak, were found; in a second job, CPU contention
+    25 s into it was found (the young level's deep fall, named by the host) and stayed open
+    through the 20 s of work in bursts after it, so the input work on one thread that followed
+    was inside that anomaly. Since, a reported fall whose host evidence names a new cause is a new
+    incident (activity.py ``_new_cause``): 4 of 4, tuned on."""
+    trace = _scored("p", [])
     drops = [a for a in replay(read_trace(trace)).anomalies if a.kind == "throughput_drop"]
-    assert drops[-1].causes[-1].endswith("host CPU contention")
+    assert [d.causes[-1].rsplit(": ", 1)[-1] for d in drops] == [
+        "waiting on input", "host CPU contention", "a single busy thread (a Python loop, the GIL) feeds the GPU"]
