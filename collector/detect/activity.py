@@ -158,7 +158,7 @@ def _new_cause(st: GpuState, ts: float) -> bool:
     a job whose CPU contention ended, and whose input then went to one thread 20 s later, never
     came back to its level for the 10 s that end a fall (its work in between came in bursts), so
     the second incident stayed inside the first one's anomaly, named by the first cause (the real
-    H200 traces e and p). A cause that only goes on reads as no change in a window inside it."""
+    H200 trace p). A cause that only goes on reads as no change in a window inside it."""
     was = st.drop_cause
     if was is None or ts - st.new_cause_at < _VERDICT_EVERY_S:
         return False
@@ -397,7 +397,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if lv.ep_mode == "steady" and _new_cause(st, ts):
             # a new incident inside the reported one: the reported one ends (its anomaly closes) and the
             # new one is judged on its own, from when its cause began
-            since, ref = (st.new_cause or (ts, ""))[0] - _NEW_CAUSE_S, lv.ep_ref
+            assert st.new_cause is not None  # what _new_cause saw
+            since, ref = st.new_cause[0] - _NEW_CAUSE_S, lv.ep_ref
             lv.end_episode(since, reported=True)
             lv.start_episode(since, ref, "steady", True, lead=ts - since)
             st.drop_cause = st.new_cause = None
