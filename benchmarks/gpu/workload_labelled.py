@@ -13,8 +13,9 @@ limit, no ECC, no reset); every incident is caused by what the workload does:
   ``stall`` (input-bound: each step waits three steps' time for its batch) ->
   ``throughput_drop``; ``contention``
   (``4 x cores`` CPU-burning processes next to it: the CPU half of each step slows) ->
-  ``throughput_drop``; ``leak`` (1 GiB more kept every 2 s) -> ``memory_leak``; then the
-  process exits (a job stop);
+  ``throughput_drop``; ``leak`` (1 GiB more kept every 2 s) -> ``memory_leak``; ``hang`` (the
+  process alive, its GPU work one kernel spinning on a single thread block, ``torch.cuda._sleep``:
+  a collective waiting for a dead peer) -> ``throughput_drop``; then the process exits (a job stop);
 * **tools** (another new process): ``serve`` (requests at a varying rate with a burst: a
   demand-driven phase), ``copy`` (host-to-device copies: copy-bound), ``membound``
   (elementwise passes over 16 GiB: memory-bound), ``launch`` (a loop of tiny kernels, about
@@ -46,7 +47,7 @@ from typing import Any
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
           "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop",
-          "onethread": "throughput_drop"}
+          "onethread": "throughput_drop", "hang": "throughput_drop"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -214,6 +215,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (),
           "gpu_s": 0.10, "cpu_s": 0.06, "stall_steps": 1.2, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.5},
+    # "q": the sixteenth run, written in the thirteenth session (2026-12-03) before any detector saw
+    # it, and scored once when recorded: a new kind of incident, a hang ("hang": the process stays
+    # alive, its GPU work one kernel that spins on a single thread block, as a NCCL collective
+    # waiting for a dead peer or a deadlock does: utilisation near 100%, SM activity near 0) for
+    # 70 s after an evaluation, then training again; a checkpoint, a stall of 2.2 steps' wait, a
+    # slow leak (0.4 GiB every 2 s); then a new process serving a 13-s demand wave and
+    # launch-bound work (1,800 tiny kernels per sync)
+    "q": {"train": (("train", 35.0), ("eval", 10.0), ("train", 22.0), ("hang", 70.0), ("train", 25.0),
+                    ("checkpoint", 7.0), ("train", 22.0), ("stall", 65.0), ("train", 22.0), ("leak", 40.0)),
+          "tools": (("serve", 30.0), ("launch", 65.0)),
+          "gpu_s": 0.09, "cpu_s": 0.05, "stall_steps": 2.2, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.4, "serve_period_s": 13.0, "launch_batch": 1800, "hang_kernel_s": 0.04},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -303,6 +316,11 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
                 gpu_work(prepare(), max(1, round(0.6 * matmuls)))
+            elif phase == "hang":  # one kernel spinning on a single thread block (a collective waiting for
+                # a dead peer): a few back to back, each hang_kernel_s at the H200's ~1.98 GHz SM clock
+                for _ in range(5):
+                    torch.cuda._sleep(int(V["hang_kernel_s"] * 1.98e9))
+                torch.cuda.synchronize()
             elif phase == "launch":  # launch-bound in the training process: one tiny kernel after another
                 for _ in range(V["launch_batch"]):
                     tiny.add_(1.0)

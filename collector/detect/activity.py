@@ -58,7 +58,7 @@ from collections.abc import Sequence
 
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.launch import COPYING
+from collector.detect.launch import COPYING, hung
 from collector.detect.level import CUSUM_H, CUSUM_WINDOW, DUTY_MEAN, IDLE, PLATEAU, YOUNG_DEEP, ZERO, ActivityLevel
 from collector.detect.state import GpuState
 from telemetry.keys import SM_ACTIVE
@@ -334,7 +334,7 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
     """What makes a low SM activity something other than a slower job, now (None: nothing)."""
     if st.level.idle(st.last_ts):
         return "idle"  # no kernel at all: the idle detector's case
-    if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow:
+    if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow and not hung(st, cfg):
         return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
     if st.pcie >= COPYING:
         return "copy"  # a checkpoint or weights moving over PCIe
@@ -454,6 +454,12 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
     if not explain:
         return Finding("throughput_drop", "warning", SM_ACTIVE, summary)
     causes = [f"{_pids(st)} still running since {ts - st.pids_since:.0f} s"]
+    stuck = hung(st, cfg)
+    if stuck:
+        causes.insert(0, f"GPU utilisation {max(st.util_slow * 100, st.util or 0.0):.0f}% (a kernel always resident) "
+                         f"while SM activity is {st.sm_slow:.4f}: a kernel that does not end on a sliver of the SMs, "
+                         "as a collective waiting for a peer that is gone (NCCL) or a deadlock does; look at the "
+                         "job's other ranks and at where its threads wait (py-spy dump)")
     if steady:
         causes.insert(0, f"SM activity {fast:.2f} vs working level {ref:.2f} (-{fall:.0f}%)")
         if lv.steady:
@@ -477,6 +483,8 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
         causes.append("a demand-driven workload (its activity varies), but no change of replicas, no step on "
                       f"{'its ' + str(len(svc_peers)) + ' peer replicas' if svc_peers else 'other replicas'} "
                       "and no such dip before: capacity lost while work waited")
+    if stuck:  # the GPU is not waiting for work, and a host thread spinning at 100% waits for the GPU
+        return Finding("throughput_drop", "warning", SM_ACTIVE, summary, causes, 0.0)
     if waits and not pod_wide:
         depth = lv.episode_depth()
         causes.append(f"the GPU waits for work: SM activity at {depth * 100:.0f}% of its level"

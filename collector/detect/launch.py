@@ -9,7 +9,14 @@ it is nearly idle. The usual remedies are CUDA Graphs (``torch.cuda.graphs``,
 ``torch.compile(mode="reduce-overhead")``), fusing small kernels (``torch.compile``, fused
 optimizers), and larger batches.
 
-What it is not: an idle GPU (utilisation near zero too), memory-bound kernels (their
+What it is not: a GPU whose utilisation is pinned at 100% (``PINNED``). Launch-bound work leaves
+the GPU waiting between kernels for the CPU to launch the next, and those waits are what keep
+utilisation below 100% (the H200's launch loops read 18-34%). Utilisation that never drops
+means a kernel is always resident: the CPU is not what the GPU waits for. With SM activity
+near zero that is one kernel that does not end on a sliver of the SMs, a collective waiting
+for a dead peer (NCCL) or a deadlock (the real H200 trace q: 100% against 0.0076, one SM of
+132), and it is judged as the job's lost throughput (``collector.detect.activity``).
+Nor is it an idle GPU (utilisation near zero too), memory-bound kernels (their
 warps stay resident, DRAM activity is high) and copy-bound phases (PCIe traffic is high;
 copies keep utilisation up with no SM work). Both readings are smoothed over about
 ``TAU`` seconds because utilisation flickers between samples, and the condition must
@@ -28,6 +35,17 @@ DRAM_BUSY = 0.3  # DRAM activity above this: memory-bound, not launch-bound
 # On the H200 a launch-bound loop's doorbells read 180-250 MiB/s, a checkpoint to host memory 1.1-1.6
 # GiB/s, host-to-device copies 59 GiB/s (benchmarks/data/h200-labelled.jsonl).
 COPYING = 512 * 2**20
+PINNED = 0.95  # GPU utilisation (ratio, slow mean) at or above this: a kernel always resident, no launch gaps
+
+
+def hung(st: GpuState, cfg: DetectorConfig) -> bool:
+    """A kernel always resident while the SMs barely work: what a hang looks like, not launch-bound work.
+    Utilisation now or its slow mean: the mean takes 15 s to climb to a hang's 100%, and a fall is
+    not excused as launch-bound meanwhile."""
+    util = max(st.util_slow, (st.util or 0.0) / 100.0)
+    if util < PINNED or util < cfg.launch_ratio * st.sm_slow:
+        return False
+    return (st.dram is None or st.dram < DRAM_BUSY) and st.pcie < COPYING  # not memory- or copy-bound: stuck
 
 
 def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:
@@ -47,7 +65,7 @@ def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None) -> Findi
     # near zero at once, and the slow mean would take 15 s to follow it (the hold already asks that
     # every sample agree, so one low sample of a busy GPU starts nothing)
     sm = min(st.sm_slow, st.sm) if st.sm is not None else st.sm_slow
-    if not st.pids or st.util_slow < cfg.launch_util or sm * cfg.launch_ratio > st.util_slow:
+    if not st.pids or st.util_slow < cfg.launch_util or sm * cfg.launch_ratio > st.util_slow or st.util_slow >= PINNED:
         return None
     if (dram is not None and dram >= DRAM_BUSY) or st.pcie >= COPYING:
         return None

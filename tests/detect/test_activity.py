@@ -443,3 +443,20 @@ def test_idle_memory_bound_and_copy_bound_phases_are_not_launch_bound() -> None:
         return record(t, g, sm=0.01, pod="", DEV_GPU_UTIL=45, PROF_DRAM_ACTIVE=0.05,  # copying over PCIe
                       PROF_PCIE_TX_BYTES=2e9, PROF_PCIE_RX_BYTES=9e9)
     assert run(trace(600, 3, make)) == []
+
+
+def test_a_training_job_whose_gpu_work_hangs_is_a_throughput_drop_not_launch_bound() -> None:
+    """A kernel resident all the time on a sliver of the SMs (a collective waiting for a dead peer):
+    utilisation pinned at 100% has no launch gaps, so it is not launch-bound work; the job's fall
+    is lost throughput, and its cause says what it is (the real H200 trace q). A memory-bound
+    phase that also keeps a kernel resident with little SM activity is neither."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0 and 900 <= t < 1100:  # hung
+            return record(t, g, sm=0.0076, pod="", DEV_GPU_UTIL=100, PROF_DRAM_ACTIVE=0.0)
+        if g == 1 and 900 <= t < 1100:  # memory-bound pass
+            return record(t, g, sm=0.2, pod="", DEV_GPU_UTIL=100, PROF_DRAM_ACTIVE=0.85)
+        return record(t, g, sm=0.9, pod="", DEV_GPU_UTIL=100, PROF_DRAM_ACTIVE=0.3)
+    found = run(trace(1300, 2, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert "a kernel that does not end" in found[0].causes[1]
+    assert found[0].start - T0 <= 900 + 90

@@ -7,7 +7,7 @@
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
   every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
-  variants b to p (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
+  variants b to q (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
   at its recording (docs/gpu-validation.md says which were then looked at).
 """
 
@@ -19,17 +19,19 @@ from pathlib import Path
 
 from collector.detect.replay import read_trace, replay
 from telemetry.keys import GPU_UTIL, SM_ACTIVE
+from telemetry.records import GpuRecord
 from tests.support.incidents.labelled import evaluate, score
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
 
-def _scored(variant: str, missed: list[str]) -> Path:
-    """A labelled trace replayed against its labels: no bad line, nothing on a normal phase, the
-    incidents ``missed`` and no other, every drop found within 90 s. Returns the trace's path."""
+def _scored(variant: str, missed: list[str], false: tuple[tuple[str, str], ...] = ()) -> Path:
+    """A labelled trace replayed against its labels: no bad line, no anomaly of a kind its phase
+    does not expect but the (phase, kind) pairs ``false``, the incidents ``missed`` and no other,
+    every drop found within 90 s. Returns the trace's path."""
     trace = DATA / f"h200-labelled-{variant}.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))
-    assert result["bad_lines"] == 0 and result["false"] == []
+    assert result["bad_lines"] == 0 and [(f["phase"], f["kind"]) for f in result["false"]] == list(false)
     assert [i["phase"] for i in result["incidents"] if not i["found"]] == missed
     assert all(i["latency_s"] <= 90 for i in result["incidents"] if i["expect"] == "throughput_drop" and i["found"])
     return trace
@@ -307,3 +309,24 @@ def test_trace_p_a_second_jobs_contention_then_its_single_thread_each_its_own_in
     drops = [a for a in replay(read_trace(trace)).anomalies if a.kind == "throughput_drop"]
     assert [d.causes[-1].rsplit(": ", 1)[-1] for d in drops] == [
         "waiting on input", "host CPU contention", "a single busy thread (a Python loop, the GIL) feeds the GPU"]
+
+
+def test_trace_q_a_hang_is_a_throughput_drop_not_launch_bound_work() -> None:
+    """Variant q, written in the thirteenth session before any detector saw it and scored once at its
+    recording: 3 of 4 (a stall of 2.2 steps' wait, a leak of 0.4 GiB every 2 s, launch-bound work
+    with 1,800 tiny kernels per sync), nothing on its normal phases (an evaluation, a checkpoint, a
+    serving wave). Its new incident, a hang (the process alive, its GPU work one kernel spinning on a
+    single thread block for 70 s: utilisation 100%, SM activity 0.0076, 1 of 132 SMs), was read as
+    launch-bound work, whose finding left the fall unjudged and named many tiny kernels as the cause.
+    Utilisation pinned at 100% has no launch gaps (collector/detect/launch.py ``PINNED``): now a
+    throughput drop that names a kernel that does not end, and no launch-bound finding (tuned on q:
+    4 of 4)."""
+    trace = _scored("q", [])
+    hang = next(p for p in json.loads(trace.with_suffix(".labels.json").read_text())["phases"] if p["phase"] == "hang")
+    spinning = [r for r in read_trace(trace) if isinstance(r, GpuRecord) and hang["start"] + 2.0 <= r.ts < hang["end"]]
+    assert len(spinning) >= 60
+    assert all(r.metrics[GPU_UTIL] >= 99 and r.metrics[SM_ACTIVE] < 0.01 for r in spinning)
+    during = [a for a in replay(read_trace(trace)).anomalies if hang["start"] <= a.start < hang["end"]]
+    assert [a.kind for a in during] == ["throughput_drop"]
+    assert "a kernel that does not end" in during[0].causes[1]
+    assert not any("waits for work" in c or "single busy thread" in c for c in during[0].causes)
