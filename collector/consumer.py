@@ -176,6 +176,7 @@ class KafkaSource:
             self._revoking = False
             if not self._stopping.is_set():
                 self._interrupt.clear()
+        await self.ingestor.release({tp.partition for tp in revoked})  # the detectors' state, for the next owner
         log.info("partitions revoked: %s", sorted(tp.partition for tp in revoked))
 
     async def assigned(self, assigned: list[TopicPartition]) -> None:

@@ -116,6 +116,20 @@ DeadLetter = Callable[[Inbound, str], Awaitable[None]]
 RequestKeyframe = Callable[[KeyframeRequest], Awaitable[None]]
 
 
+class DetectionHooks(Protocol):
+    """What the detection service does around a batch and a rebalance
+    (:class:`collector.alerting.service.DetectionService`)."""
+
+    async def prepare(self, records: Sequence[GpuRecord], events: Sequence[EventRecord]) -> None:
+        """Before a batch is judged: take over the saved state of nodes new to this process."""
+
+    async def release(self, nodes: set[str]) -> None:
+        """Before a rebalance: save the state of ``nodes``."""
+
+    def forget(self, nodes: set[str]) -> None:
+        """After one: drop ``nodes``, another replica judges them now."""
+
+
 @dataclass(slots=True)
 class BatchResult:
     records: int = 0
@@ -166,6 +180,11 @@ class Ingestor:
     stored_below: dict[int, int] = field(default_factory=dict)
     # called with each batch's records and events after the store committed them (detection)
     on_committed: Callable[[Sequence[GpuRecord], Sequence[EventRecord]], None] | None = None
+    detection: DetectionHooks | None = None  # detector state handed over with partitions
+    partition_nodes: dict[int, set[str]] = field(default_factory=dict)  # the nodes each partition carried
+    # node -> (partition, offset) of its first message judged since the detectors last saved its state:
+    # the resume offset goes no later, so a replica taking the node over re-reads what the state lacks
+    floors: dict[str, tuple[int, int]] = field(default_factory=dict)
     request_keyframe: RequestKeyframe | None = None
     profiles: ProfileSink | None = None  # where agents' CPU profiles go (None: they are dead-lettered)
     kernels: KernelSink | None = None  # where CUPTI kernel windows go (None: they are dead-lettered)
@@ -178,8 +197,39 @@ class Ingestor:
     _pending: _Pending | None = None
 
     # ---- partitions ----
+    async def release(self, partitions: set[int]) -> None:
+        """Before ``partitions`` are revoked: the detectors save the state of the nodes they carried,
+        for whichever replica gets them next. A failure costs that replica the newest state only."""
+        nodes = set().union(*(self.partition_nodes.get(p, set()) for p in partitions))
+        if self.detection is None or not nodes:
+            return
+        try:
+            await self.detection.release(nodes)
+        except Exception as exc:  # noqa: BLE001 - a rebalance must go on: the last periodic save stands
+            self.counters["state_release_errors"] += 1
+            _limited.warning("release", "detector state of %d nodes not saved before a rebalance (%s: %s)",
+                             len(nodes), type(exc).__name__, exc)
+
+    def take_floors(self, nodes: set[str]) -> dict[str, tuple[int, int]]:
+        """The detectors are saving ``nodes``' state: their floors, which :meth:`put_floors` puts back
+        if the save fails."""
+        return {n: self.floors.pop(n) for n in nodes if n in self.floors}
+
+    def put_floors(self, floors: dict[str, tuple[int, int]]) -> None:
+        for node, (partition, offset) in floors.items():
+            cur = self.floors.get(node)
+            if cur is None or offset < cur[1]:
+                self.floors[node] = (partition, offset)
+
     def reset_partition(self, partition: int, stored_below: int | None) -> None:
-        """Forget a partition's decoders (before a rewind, or when it went to another collector)."""
+        """Forget a partition's decoders (before a rewind, or when it went to another collector,
+        ``stored_below`` None: then the detectors forget its nodes too)."""
+        if stored_below is None:
+            nodes = self.partition_nodes.pop(partition, set())
+            for node in nodes:
+                self.floors.pop(node, None)
+            if self.detection is not None and nodes:
+                self.detection.forget(nodes)
         self.streams.drop_partition(partition)
         if self._pending is not None and partition in self._pending.partitions:
             self._pending = None
@@ -210,7 +260,10 @@ class Ingestor:
     def resume_offsets(self) -> dict[int, int]:
         """Per partition, the offset to re-read from so every stream's decoder can be rebuilt."""
         self.streams.expire(self.clock(), self.stream_idle_s)
-        return self.streams.resume_offsets()
+        out = self.streams.resume_offsets()
+        for partition, offset in self.floors.values():
+            out[partition] = min(offset, out.get(partition, offset))
+        return out
 
     # ---- a batch ----
     async def handle(self, batch: Sequence[Inbound]) -> BatchResult:
@@ -231,6 +284,7 @@ class Ingestor:
             now = self.clock()
             for stream in pending.streams:  # a long outage must not make them look gone
                 stream.last_used = now
+            await self._prepare_detection(pending)
             self._notify(pending)
         while pending.dead_sent < len(pending.dead):
             msg, reason = pending.dead[pending.dead_sent]
@@ -322,9 +376,26 @@ class Ingestor:
         pending.frames, pending.events = kept, kept_events
         return written
 
+    async def _prepare_detection(self, pending: _Pending) -> None:
+        if self.detection is None:
+            return
+        try:
+            await self.detection.prepare([r for _, decoded in pending.frames for r in decoded],
+                                         [e for _, e in pending.events])
+        except Exception as exc:  # noqa: BLE001 - detection must never stop ingest: the rows are stored
+            self.counters["detection_errors"] += 1
+            _limited.error("prepare", "detector state not taken over (%s: %s); ingest goes on",
+                           type(exc).__name__, exc)
+
     def _notify(self, pending: _Pending) -> None:
         if self.on_committed is None:
             return
+        if self.detection is not None:
+            floors = self.floors
+            for msg, decoded in pending.frames:
+                node = decoded[-1].node
+                if node not in floors:
+                    floors[node] = (msg.partition, msg.offset)
         records = [r for _, decoded in pending.frames for r in decoded]
         try:
             self.on_committed(records, [e for _, e in pending.events])
@@ -513,6 +584,10 @@ class Ingestor:
 
     def _accept(self, msg: Inbound, sid: StreamId, records: list[GpuRecord], pending: _Pending) -> None:
         pending.frames.append((msg, records))
+        nodes = self.partition_nodes.get(msg.partition)
+        if nodes is None:
+            nodes = self.partition_nodes[msg.partition] = set()
+        nodes.add(records[-1].node)
         first, last = records[0].ts, records[-1].ts
         other = self.conflicts.observe(sid.gpu, records[-1].node, min(first, last), max(first, last))
         if other is not None:

@@ -160,7 +160,8 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
                 return None if consumer.joined else f"the consumer has not joined group {consumer.group} yet"
 
             api = await stack.start_api(api_settings, api_port_given, taken=taken, lag=lambda: consumer.lag,
-                                        families=consumer.families, not_ready=not_ready)
+                                        families=lambda: (*consumer.families(), *stack.detection.families()),
+                                        not_ready=not_ready)
             print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics",
                   flush=True)
         await stack.start()

@@ -65,10 +65,12 @@ class CollectorStack:
                                          on_opened=ProfileRequests(store.pool, replies.request_profile))
         self.ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
                                  on_committed=self.detection.on_committed if options.detect else None,
+                                 detection=self.detection if options.detect else None,
                                  request_keyframe=replies.request_keyframe, profiles=ProfileStore(store.pool),
                                  kernels=KernelStore(store.pool),
                                  keyframe_request_interval_s=options.keyframe_request_interval_s,
                                  stream_idle_s=options.stream_idle_s)
+        self.detection.floors = self.ingestor
         self.source = source_for(self.ingestor)
         self.api: Any = None
         self.stop = stop or asyncio.Event()  # the background tasks' end (and a start's, while it waits)

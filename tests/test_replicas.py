@@ -79,7 +79,7 @@ async def _produce(bootstrap: str, messages: list[Message]) -> None:
         await producer.stop()
 
 
-def _stack(store: Store, bootstrap: str, group: str) -> CollectorStack:
+def _stack(store: Store, bootstrap: str, group: str, rules: str | None = None) -> CollectorStack:
     async def record(topic: str, msg: Inbound, reason: str, why: str) -> None:
         await deadletter.record(store.pool, topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers,
                                 reason, why)
@@ -91,7 +91,7 @@ def _stack(store: Store, bootstrap: str, group: str) -> CollectorStack:
                            load_positions=lambda t: positions.load(store.pool, t),
                            save_positions=lambda t, o: positions.save(store.pool, t, o), tuning=TUNING)
 
-    return CollectorStack(store, source_for, replies, CollectorOptions(maintenance_s=3600.0))
+    return CollectorStack(store, source_for, replies, CollectorOptions(maintenance_s=3600.0, alert_rules=rules))
 
 
 async def _anomalies(dsn: str) -> list[tuple[str, str, float]]:
@@ -106,11 +106,12 @@ async def _anomalies(dsn: str) -> list[tuple[str, str, float]]:
 
 
 async def _run(dsn: str, bootstrap: str, group: str, replicas: int, total: int,
-               before_reading: Callable[[], Awaitable[None]] | None = None) -> dict[str, int]:
+               before_reading: Callable[[], Awaitable[None]] | None = None,
+               rules: str | None = None) -> dict[str, int]:
     """Start ``replicas`` stacks of ``group``; once each holds its share of the partitions, run
     ``before_reading`` (the produce), wait for every record to be stored and judged, stop them."""
     stores = [await Store.open(dsn) for _ in range(replicas)]
-    stacks = [_stack(s, bootstrap, group) for s in stores]
+    stacks = [_stack(s, bootstrap, group, rules) for s in stores]
     try:
         await asyncio.gather(*(s.start() for s in stacks))
         share = PARTITIONS // replicas

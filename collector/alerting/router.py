@@ -105,7 +105,10 @@ class Notification:
 
     @property
     def idem_key(self) -> str:
-        return f"{self.channel}:{self.group_key}:{self.seq}"
+        """One notification, the same when a batch is routed again: its group's sequence number and
+        its time. (The number alone starts over when a group is formed again, after its alerts all
+        resolved or after a restart, and its second first notification was taken for the first.)"""
+        return f"{self.channel}:{self.group_key}:{self.seq}@{self.ts:.3f}"
 
 
 @dataclass(slots=True)
@@ -142,25 +145,54 @@ class Router:
                 out.append((group, alert))
         return out
 
+    def _open(self, anomaly: Anomaly, now: float, notified: frozenset[AlertKey] = frozenset()) -> None:
+        """Alerts for ``anomaly`` in their groups: pending, or firing and notified where ``notified``
+        names them (an anomaly taken over from a replica or a process that notified it)."""
+        labels = anomaly.labels()
+        places = []
+        for rule in self.rules.rules:
+            if not rule.matches(labels):
+                continue
+            group_labels = tuple((k, labels.get(k, "")) for k in rule.group_by)
+            key = rule.name + "|" + "|".join(v for _, v in group_labels)
+            group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = _Group(rule, key, group_labels, created=now)
+            alert = Alert(rule.name, alert_fingerprint(rule.name, anomaly.fingerprint), anomaly,
+                          {**labels, "alertname": rule.name})
+            if alert.key in notified:
+                alert = replace(alert, status="firing", fired_at=now)
+                group.sent_view = group.sent_view | {(alert.fingerprint, "firing")}
+                if group.last_sent is None:
+                    group.last_sent = now  # its repeat counts from the takeover
+            group.alerts[alert.fingerprint] = alert
+            places.append((key, alert.fingerprint))
+        if places:
+            self.by_anomaly[anomaly.key] = places
+
+    def adopt(self, anomalies: Sequence[Anomaly], notified: frozenset[AlertKey], now: float) -> None:
+        """Take over open anomalies another process judged (a restart, a partition moved here):
+        an alert that fired there (``notified``: its key) fires here without a new notification,
+        and its resolution is sent once; one that had not fired is pending again from its start."""
+        for anomaly in anomalies:
+            if anomaly.key not in self.by_anomaly:
+                self._open(anomaly, now, notified)
+
+    def forget(self, anomalies: Sequence[Anomaly]) -> None:
+        """Drop the alerts of anomalies another replica now judges, without a word: that one sends
+        what follows (their resolution, their repeats)."""
+        for anomaly in anomalies:
+            for group, alert in self._alerts_of(anomaly, self.by_anomaly.pop(anomaly.key, [])):
+                del group.alerts[alert.fingerprint]
+                group.sent_view = frozenset(x for x in group.sent_view if x[0] != alert.fingerprint)
+                self.changed.pop(alert.key, None)
+                if not group.alerts:
+                    del self.groups[group.key]
+
     def on_change(self, change: Change, now: float) -> None:
         anomaly = change.anomaly
         if change.action == "open":
-            labels = anomaly.labels()
-            places = []
-            for rule in self.rules.rules:
-                if not rule.matches(labels):
-                    continue
-                group_labels = tuple((k, labels.get(k, "")) for k in rule.group_by)
-                key = rule.name + "|" + "|".join(v for _, v in group_labels)
-                group = self.groups.get(key)
-                if group is None:
-                    group = self.groups[key] = _Group(rule, key, group_labels, created=now)
-                alert = Alert(rule.name, alert_fingerprint(rule.name, anomaly.fingerprint), anomaly,
-                              {**labels, "alertname": rule.name})
-                group.alerts[alert.fingerprint] = alert
-                places.append((key, alert.fingerprint))
-            if places:
-                self.by_anomaly[anomaly.key] = places
+            self._open(anomaly, now)
         elif change.action == "close":
             for group, alert in self._alerts_of(anomaly, self.by_anomaly.pop(anomaly.key, [])):
                 if alert.status == "firing":

@@ -67,6 +67,20 @@ _PEER_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node's detector state: its GPUs' states and when their services last changed."""
+
+    node: str
+    gpus: tuple[GpuState, ...]
+    service_changed: dict[str, float]
+
+    @property
+    def last_ts(self) -> float:
+        """The newest record folded into it."""
+        return max((st.last_ts for st in self.gpus), default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """An anomaly that opened, changed or closed at this record: the anomaly as it is now."""
 
@@ -119,8 +133,10 @@ class DetectionEngine:
         st = self.gpus.get(record.gpu)
         if st is None:
             st = self.gpus[record.gpu] = GpuState(record.node, record.gpu, record.gpu_index)
-        if ts < st.last_ts:
-            return []  # out of order for this GPU: the contract says it does not happen; ignore it
+        if ts <= st.last_ts:
+            # out of order or again for this GPU: the contract says the first does not happen; the
+            # second does where a consumer re-reads past the state it took over (a restart)
+            return []
         st.last_ts = ts
         if record.gpu_index is not None:
             st.gpu_index = record.gpu_index
@@ -140,6 +156,7 @@ class DetectionEngine:
         st.temp = m.get(GPU_TEMP)
         st.reasons = int(m.get(CLOCKS_EVENT_REASONS, 0))
         st.pcie = m.get(PCIE_TX_BYTES, 0.0) + m.get(PCIE_RX_BYTES, 0.0)
+        st.dram = m.get(DRAM_ACTIVE)
         st.evidence.observe(ts, m)
         return self._judge(st, ts, m)
 
@@ -165,6 +182,46 @@ class DetectionEngine:
 
     def open_anomalies(self) -> list[Anomaly]:
         return [a for st in self.gpus.values() for a, _ in st.open.values()]
+
+    # ---- a node's state, handed between processes (collector.detect.checkpoint) ----
+    def node_state(self, node: str) -> NodeState:
+        """What the engine holds of ``node``: its GPUs' states and when their services last changed.
+
+        A node is the unit because the agent keys its messages by node, so a node's GPUs
+        (and the pods on them) move between collector replicas together."""
+        gpus = tuple(st for st in self.gpus.values() if st.node == node)
+        keys = {st.service_key for st in gpus if st.service_key is not None}
+        return NodeState(node, gpus, {k: v for k, v in self.service_changed.items() if k in keys})
+
+    def adopt(self, state: NodeState) -> list[Anomaly]:
+        """Take ``state`` over (a restart, a partition moved here); returns its open anomalies.
+
+        A GPU this engine already judges keeps its own state (it is newer than any saved one)."""
+        opened: list[Anomaly] = []
+        for st in state.gpus:
+            if st.gpu in self.gpus:
+                continue
+            self.gpus[st.gpu] = st
+            for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
+                if key is not None:
+                    groups.setdefault(key, {})[st.gpu] = st
+            opened.extend(a for a, _ in st.open.values())
+        for key, ts in state.service_changed.items():
+            self.service_changed[key] = max(ts, self.service_changed.get(key, -1e18))
+        return opened
+
+    def forget(self, node: str) -> list[Anomaly]:
+        """Drop ``node`` (its partition went to another replica); returns the anomalies it had open."""
+        gone = [st for st in self.gpus.values() if st.node == node]
+        for st in gone:
+            del self.gpus[st.gpu]
+            for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
+                members = groups.get(key) if key is not None else None
+                if members is not None:
+                    members.pop(st.gpu, None)
+                    if not members:
+                        del groups[key]  # type: ignore[arg-type]
+        return [a for st in gone for a, _ in st.open.values()]
 
     # ---- state ----
     def _identity(self, st: GpuState, record: GpuRecord, ts: float) -> None:
@@ -288,7 +345,7 @@ class DetectionEngine:
             else:
                 lv.end_episode()
         if perf is None and st.util_slow >= 0 and st.util_slow >= cfg.launch_util:
-            perf = launch.launch_bound(st, cfg, m.get(DRAM_ACTIVE))
+            perf = launch.launch_bound(st, cfg, st.dram)
         if perf is None:
             sm = st.sm
             if sm is not None and sm < cfg.idle_sm:  # activity.idle_allocated: an idle GPU only

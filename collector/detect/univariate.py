@@ -89,6 +89,9 @@ class UnivariateDetector:
     """Feed values in order with :meth:`update`; ``input_min``/``input_max`` scale the bins
     (NAB hands every detector these), ``probation`` is how many values to learn from first."""
 
+    __slots__ = ("bins", "blocks", "ctx", "lo", "n", "past", "probation", "raw", "refractory", "scale", "seen_max",
+                 "seen_min")
+
     def __init__(self, input_min: float, input_max: float, probation: int, *, bins: int = 24,
                  ctx_weights: tuple[float, ...] = (0.9, 0.75, 0.6), rarity_power: float = 4.0,
                  escape_power: float = 0.25, blocks: tuple[int, ...] = (8, 32),
