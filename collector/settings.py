@@ -84,6 +84,10 @@ class CollectorSettings(BaseSettings, KafkaSecurityFields):
     maintenance_interval: float = Field(60.0, gt=0, description="seconds between rollup/retention runs")
     db_wait: float = Field(30.0, ge=0, le=86_400, description="at start, how long to wait for an unreachable "
                            "database before giving up (once connected, every step retries for as long as it takes)")
+    checkpoint_interval: float = Field(300.0, ge=5, le=86_400, description="seconds between saves of the "
+                                       "detectors' state of every node fed (also saved with each anomaly change, "
+                                       "and at a rebalance or a clean stop); a replica that dies re-reads up to this "
+                                       "much of its nodes' records")
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     detect: bool = Field(True, description="run anomaly detection on what this replica stores (off: ingest only, "
                          "for a fleet whose detection runs in replicas of its own)")

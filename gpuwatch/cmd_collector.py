@@ -134,7 +134,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     replies = KafkaReplies(settings.kafka_bootstrap, settings.kafka_topic, record_dead_letter=record_dead_letter,
                            client_kwargs=security, tuning=tuning)
     options = CollectorOptions(detect=settings.detect, alert_rules=alert_rules,
-                               maintenance_s=settings.maintenance_interval,
+                               maintenance_s=settings.maintenance_interval, checkpoint_s=settings.checkpoint_interval,
                                keyframe_request_interval_s=tuning.keyframe_request_interval_s,
                                stream_idle_s=tuning.stream_idle_s)
     consumer: Any = None

@@ -45,6 +45,7 @@ class CollectorOptions:
     detect: bool = True  # False: store only (``--no-detect``)
     alert_rules: str | None = None  # rules YAML (None: detect and store anomalies, send nothing)
     maintenance_s: float = 60.0
+    checkpoint_s: float = 300.0  # detector state of every node fed, saved this often (collector/alerting/service.py)
     keyframe_request_interval_s: float = ConsumerTuning.keyframe_request_interval_s
     stream_idle_s: float = ConsumerTuning.stream_idle_s
 
@@ -63,6 +64,7 @@ class CollectorStack:
         self.store, self.replies, self.options = store, replies, options
         self.detection = from_rules_file(store.pool, options.alert_rules,
                                          on_opened=ProfileRequests(store.pool, replies.request_profile))
+        self.detection.checkpoint_s = options.checkpoint_s
         self.ingestor = Ingestor(store, replies.dead_letter, validate, validate_event,
                                  on_committed=self.detection.on_committed if options.detect else None,
                                  detection=self.detection if options.detect else None,

@@ -15,7 +15,8 @@ limit, no ECC, no reset); every incident is caused by what the workload does:
   (``4 x cores`` CPU-burning processes next to it: the CPU half of each step slows) ->
   ``throughput_drop``; ``leak`` (1 GiB more kept every 2 s) -> ``memory_leak``; ``hang`` (the
   process alive, its GPU work one kernel spinning on a single thread block, ``torch.cuda._sleep``:
-  a collective waiting for a dead peer) -> ``throughput_drop``; then the process exits (a job stop);
+  a collective waiting for a dead peer; ``hang_streams`` > 1: that many at once, each on its own
+  stream) -> ``throughput_drop``; then the process exits (a job stop);
 * **tools** (another new process): ``serve`` (requests at a varying rate with a burst: a
   demand-driven phase), ``copy`` (host-to-device copies: copy-bound), ``membound``
   (elementwise passes over 16 GiB: memory-bound), ``launch`` (a loop of tiny kernels, about
@@ -227,6 +228,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 30.0), ("launch", 65.0)),
           "gpu_s": 0.09, "cpu_s": 0.05, "stall_steps": 2.2, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.4, "serve_period_s": 13.0, "launch_batch": 1800, "hang_kernel_s": 0.04},
+    # "r": the seventeenth run, written in the thirteenth session (2026-12-03) after the hang rule of
+    # 4b51ece (utilisation pinned at 100% with the SMs barely working, DRAM and PCIe quiet: a stuck
+    # kernel, not launch-bound work), before any detector saw it, and scored once when recorded: a
+    # hang of another shape ("hang" with hang_streams 6: six kernels spinning at once, each on one
+    # thread block on its own CUDA stream, as six ranks' collectives waiting for a dead peer would:
+    # about 6 SMs of 132 busy) for 70 s after 3 burners per core; a checkpoint early, an evaluation
+    # after the hang, a stall of 1.9 steps' wait, a leak of 0.5 GiB every 2 s; then a new process
+    # serving an 11-s demand wave, the hang rule's hard negatives (a memory-bound pass: DRAM busy; a
+    # host-to-device copy: PCIe busy; both normal) and launch-bound work (2,500 tiny kernels per sync)
+    "r": {"train": (("train", 20.0), ("checkpoint", 6.0), ("train", 20.0), ("contention", 62.0), ("train", 22.0),
+                    ("hang", 70.0), ("train", 20.0), ("eval", 8.0), ("train", 20.0), ("stall", 62.0),
+                    ("train", 20.0), ("leak", 36.0)),
+          "tools": (("serve", 22.0), ("membound", 8.0), ("copy", 8.0), ("launch", 65.0)),
+          "gpu_s": 0.08, "cpu_s": 0.06, "stall_steps": 1.9, "burners_per_core": 3, "leak_every_s": 2.0,
+          "leak_gib": 0.5, "serve_period_s": 11.0, "launch_batch": 2500, "hang_kernel_s": 0.04, "hang_streams": 6},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -283,6 +299,8 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
     kept: list[torch.Tensor] = []
     tiny = torch.zeros(1, device=dev)
     burners: list[subprocess.Popen[bytes]] = []
+    # a hang of several kernels at once (variant r): one stream each; none made for one (q's path)
+    streams = [torch.cuda.Stream() for _ in range(V.get("hang_streams", 1))] if V.get("hang_streams", 1) > 1 else []
     for phase, seconds in phases:
         mark(marks, phase)
         began = time.time()
@@ -316,6 +334,13 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
                 gpu_work(prepare(), max(1, round(0.6 * matmuls)))
+            elif phase == "hang" and streams:  # several kernels spinning at once, each on one thread block
+                # on its own stream (several ranks' collectives waiting for a dead peer): five back to back each
+                for stream in streams:
+                    with torch.cuda.stream(stream):
+                        for _ in range(5):
+                            torch.cuda._sleep(int(V["hang_kernel_s"] * 1.98e9))
+                torch.cuda.synchronize()
             elif phase == "hang":  # one kernel spinning on a single thread block (a collective waiting for
                 # a dead peer): a few back to back, each hang_kernel_s at the H200's ~1.98 GHz SM clock
                 for _ in range(5):

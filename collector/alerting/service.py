@@ -11,11 +11,13 @@ a timeout, so a clean shutdown loses nothing and a crash loses nothing stored.
 
 Detector state outlives the process (issue 16): each node's state is saved in the flush that
 stores its anomalies (so a saved open anomaly is a stored one) and, for the other nodes fed,
-every ``checkpoint_s``; :meth:`prepare`, awaited by the ingestor before a batch is judged,
-takes over the saved state of a node this process has not judged yet, and the router the
-alerts that state holds open (one that fired is not notified again; its resolution is sent
-once). :meth:`release` saves the nodes of partitions being revoked, :meth:`forget` drops those
-that went to another replica. A record at or before a GPU's saved state is not judged again.
+every ``checkpoint_s`` (300 s: a node's save costs about ten of its records' detection, so
+once in 300 records adds about 10% to detection; benchmarks/bench_checkpoint.py).
+:meth:`prepare`, awaited by the ingestor before a batch is judged, takes over the saved
+state of a node this process has not judged yet, and the router the alerts that state holds
+open (one that fired is not notified again; its resolution is sent once). :meth:`release`
+saves the nodes of partitions being revoked, :meth:`forget` drops those that went to another
+replica. A record at or before a GPU's saved state is not judged again.
 
 ``on_opened``, when given, is awaited after each flush with the anomalies that flush
 opened and their row ids (the collector asks for a CPU profile of a throughput drop's
@@ -68,7 +70,7 @@ class DetectionService:
     def __init__(self, pool: Any, rules: RuleSet | None = None, *, engine: DetectionEngine | None = None,
                  transport: Transport | None = None, policy: RetryPolicy = DEFAULT_POLICY,
                  silence_refresh_s: float = 10.0, on_opened: OnOpened | None = None,
-                 checkpoint_s: float = 60.0, state_max_age_s: float = 6 * 3600.0) -> None:
+                 checkpoint_s: float = 300.0, state_max_age_s: float = 6 * 3600.0) -> None:
         self.pool = pool
         self.rules = rules or RuleSet()
         self.engine = engine or DetectionEngine()

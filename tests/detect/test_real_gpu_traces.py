@@ -7,7 +7,7 @@
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
   every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
-  variants b to q (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
+  variants b to r (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
   at its recording (docs/gpu-validation.md says which were then looked at).
 """
 
@@ -330,3 +330,28 @@ def test_trace_q_a_hang_is_a_throughput_drop_not_launch_bound_work() -> None:
     assert [a.kind for a in during] == ["throughput_drop"]
     assert "a kernel that does not end" in during[0].causes[1]
     assert not any("waits for work" in c or "single busy thread" in c for c in during[0].causes)
+
+
+def test_trace_r_a_hang_on_six_streams_is_a_throughput_drop_and_the_copy_is_not_a_hang() -> None:
+    """Variant r, written in the thirteenth session after the hang rule of 4b51ece, before any
+    detector saw it, and scored once at its recording: 5 of 5 (3 burners per core, a hang of
+    another shape, a stall of 1.9 steps' wait, a leak of 0.5 GiB every 2 s, launch-bound work with
+    2,500 tiny kernels per sync), nothing on its normal phases: a checkpoint, an evaluation after
+    the hang, a serving wave, and the hang rule's hard negatives, a memory-bound pass (utilisation
+    99%, DRAM 0.88) and a host-to-device copy (utilisation 100% and SM activity 0, as in a hang,
+    but PCIe 58 GiB/s). The hang: six kernels spinning at once, each on one thread block on its own
+    stream, 70 s (utilisation 100%, SM activity 0.0453, 6 SMs of 132). It was found 58.5 s in,
+    named as a kernel that does not end. The state this records, not a target: PCIe receive read
+    about 2.3 GiB/s in two stretches of the hang (21-42 s, 62 s to its end; 0.25 GiB/s otherwise,
+    no copy issued), past the copy threshold (launch.py ``COPYING``), so the hang rule did not
+    hold there: the fall was left to the launch-bound reading, and its anomaly closed 66.5 s in,
+    before the hang ended. No launch-bound anomaly opened during it."""
+    trace = _scored("r", [])
+    hang = next(p for p in json.loads(trace.with_suffix(".labels.json").read_text())["phases"] if p["phase"] == "hang")
+    spinning = [r for r in read_trace(trace) if isinstance(r, GpuRecord) and hang["start"] + 2.0 <= r.ts < hang["end"]]
+    assert len(spinning) >= 60
+    assert all(r.metrics[GPU_UTIL] >= 99 and 0.04 < r.metrics[SM_ACTIVE] < 0.05 for r in spinning)
+    during = [a for a in replay(read_trace(trace)).anomalies if hang["start"] <= a.start < hang["end"]]
+    assert [a.kind for a in during] == ["throughput_drop"]
+    assert "a kernel that does not end" in during[0].causes[1]
+    assert during[0].end is not None and during[0].end < hang["end"]  # closed inside the hang (PCIe above COPYING)
