@@ -27,7 +27,7 @@ is told from behaviour):
   10 s with the process alive is the idle detector's case, after its own wait: a job that
   finished but holds the GPU); a launch-bound phase (utilisation far above SM
   activity: the launch-bound detector's case, which names the remedy); a copy (PCIe
-  traffic above ``COPYING``: a checkpoint or weights moving; the fall is judged from when
+  traffic above ``COPYING`` that lands in device memory: a checkpoint or weights moving; the fall is judged from when
   the copy ends).
 * A **demand-driven** workload (serving) moves with its traffic, which differs between
   replicas (sticky sessions, cache-aware routing, regions) and over the day, so lower
@@ -58,7 +58,7 @@ from collections.abc import Sequence
 
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.launch import COPYING, hung
+from collector.detect.launch import copying, hung
 from collector.detect.level import CUSUM_H, CUSUM_WINDOW, DUTY_MEAN, IDLE, PLATEAU, YOUNG_DEEP, ZERO, ActivityLevel
 from collector.detect.state import GpuState
 from telemetry.keys import SM_ACTIVE
@@ -336,7 +336,7 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
         return "idle"  # no kernel at all: the idle detector's case
     if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow and not hung(st, cfg):
         return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
-    if st.pcie >= COPYING:
+    if copying(st):
         return "copy"  # a checkpoint or weights moving over PCIe
     return None
 

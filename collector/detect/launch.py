@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import GpuState
+from telemetry.bandwidth import DRAM_PEAK_MAX_BYTES_S
 from telemetry.keys import GPU_UTIL
 
 TAU = 8.0
@@ -36,6 +37,11 @@ DRAM_BUSY = 0.3  # DRAM activity above this: memory-bound, not launch-bound
 # GiB/s, host-to-device copies 59 GiB/s (benchmarks/data/h200-labelled.jsonl).
 COPYING = 512 * 2**20
 PINNED = 0.95  # GPU utilisation (ratio, slow mean) at or above this: a kernel always resident, no launch gaps
+# share of the PCIe bytes that DRAM activity must account for before the traffic is a copy: a copy
+# lands in device memory (H200 copies and checkpoints: 0.88-0.94 of their bytes at the H200's peak);
+# six kernels spinning in a hang read 2.4 GiB/s over PCIe with DRAM activity 4e-6, a hundredth
+# (real trace r, docs/gpu-validation.md)
+LANDS = 0.25
 
 
 def hung(st: GpuState, cfg: DetectorConfig) -> bool:
@@ -45,7 +51,15 @@ def hung(st: GpuState, cfg: DetectorConfig) -> bool:
     util = max(st.util_slow, (st.util or 0.0) / 100.0)
     if util < PINNED or util < cfg.launch_ratio * st.sm_slow:
         return False
-    return (st.dram is None or st.dram < DRAM_BUSY) and st.pcie < COPYING  # not memory- or copy-bound: stuck
+    return (st.dram is None or st.dram < DRAM_BUSY) and not copying(st)  # not memory- or copy-bound: stuck
+
+
+def copying(st: GpuState) -> bool:
+    """PCIe traffic of a copy: above ``COPYING`` and, where DRAM activity is read, landing in
+    device memory (a hang's or a launch loop's doorbells and semaphore reads do not)."""
+    if st.pcie < COPYING:
+        return False
+    return st.dram is None or st.dram * DRAM_PEAK_MAX_BYTES_S >= LANDS * st.pcie
 
 
 def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:
