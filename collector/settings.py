@@ -66,6 +66,11 @@ class CollectorSettings(BaseSettings, KafkaSecurityFields):
     db: SecretStr | None = Field(None, description="PostgreSQL DSN")
     db_file: Path | None = Field(None, description="file holding the PostgreSQL DSN (a mounted secret)")
     db_profile: str = Field("auto", pattern="^(auto|timescale|plain)$", description="schema profile")
+    chunk_interval: float | None = Field(None, ge=300, le=7 * 86_400, description="TimescaleDB: seconds of raw "
+                                         "samples per chunk, for chunks created from now on (unset: as the database "
+                                         "has it, 6 hours at creation). Guidance: a chunk with its indexes, about 510 "
+                                         "bytes per GPU-sample, should fit in a quarter of the database's memory "
+                                         "(docs/deploy.md)")
     kafka_bootstrap: str = Field("127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers")
     kafka_topic: str = Field(DEFAULT_TOPIC, min_length=1, description="telemetry topic")
     kafka_group: str = Field("gpuwatch-collector", min_length=1, description="consumer group")

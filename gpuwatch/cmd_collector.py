@@ -79,7 +79,8 @@ async def open_store(settings: Any, stop: asyncio.Event) -> Any:
     loop = asyncio.get_running_loop()
     give_up_at = loop.time() + settings.db_wait
     while not stop.is_set():
-        opening = asyncio.create_task(Store.open(settings.dsn(), profile=settings.db_profile))
+        opening = asyncio.create_task(Store.open(settings.dsn(), profile=settings.db_profile,
+                                                 chunk_interval=settings.chunk_interval))
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()

@@ -383,6 +383,79 @@ def test_rows_before_the_cutover_come_from_the_older_rollups(pglite_dsn: str) ->
     assert out["after"]["5m"][1][SM] == pytest.approx([0.33125])
 
 
+def test_the_chunk_interval_setting_applies_to_new_chunks_once(pglite_dsn: str) -> None:
+    """``GPUWATCH_CHUNK_INTERVAL`` (``Store.open(chunk_interval=...)``): the raw hypertables take it
+    for the chunks made from then on; opened again with the same value, nothing changes; then back
+    to the migration's 6 hours, as the rest of the module expects."""
+    from collector.store import maintenance
+
+    async def intervals(store: Store) -> dict[str, timedelta]:
+        rows = await store.pool.fetch("SELECT hypertable_name, time_interval FROM timescaledb_information.dimensions"
+                                      " WHERE hypertable_name IN ('gpu_samples', 'process_samples')")
+        return {r["hypertable_name"]: r["time_interval"] for r in rows}
+
+    async def again(store: Store) -> tuple[dict[str, timedelta], list[str], list[str]]:
+        async with store.pool.acquire() as conn:
+            same = await maintenance.set_chunk_interval(conn, timedelta(hours=1))
+            back = await maintenance.set_chunk_interval(conn, timedelta(hours=6))
+        return await intervals(store), same, back
+
+    hour = with_store(pglite_dsn, intervals, chunk_interval=3600.0)
+    assert hour == {"gpu_samples": timedelta(hours=1), "process_samples": timedelta(hours=1)}
+    now, same, back = with_store(pglite_dsn, again, chunk_interval=3600.0)
+    assert same == [] and sorted(back) == ["gpu_samples", "process_samples"]
+    assert now == {"gpu_samples": timedelta(hours=6), "process_samples": timedelta(hours=6)}
+
+
+def test_rollups_compress_past_their_refresh_window_and_late_data_still_folds_in(pglite_dsn: str) -> None:
+    """Migration 0090: every continuous aggregate that refreshes is compressed (by GPU, ordered by bucket) a day
+    past its refresh window; a sample that comes ten days late, into a compressed 1-minute
+    rollup's minute, is folded into it by the maintenance round, and the rollup reads the same
+    as the raw rows."""
+    gpu = "GPU-77777777-0000-4000-8000-0000000000c1"
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    minute = now - timedelta(days=10)
+    first = hand_made_series(gpu, minute)[:20]
+    late = hand_made_series(gpu, minute + timedelta(milliseconds=500))[:3]
+
+    async def body(store: Store) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["enabled"] = {r["view_name"]: r["compression_enabled"] for r in await store.pool.fetch(
+            "SELECT view_name, compression_enabled FROM timescaledb_information.continuous_aggregates")}
+        out["after"] = {r["view_name"]: r["after"] for r in await store.pool.fetch(
+            "SELECT c.view_name, j.config->>'compress_after' AS after FROM timescaledb_information.jobs j "
+            "JOIN timescaledb_information.continuous_aggregates c ON c.view_name = j.hypertable_name "
+            "WHERE j.proc_name = 'policy_compression'")}
+        await store.write(first)
+        await store.maintain(now)  # older than the refresh windows: refreshed by the maintenance round
+        jobs = await store.pool.fetch(
+            "SELECT j.job_id FROM timescaledb_information.jobs j JOIN timescaledb_information.continuous_aggregates c"
+            " ON c.view_name = j.hypertable_name WHERE j.proc_name = 'policy_compression'")
+        for row in jobs:
+            await store.pool.execute(f"CALL run_job({int(row['job_id'])})")
+        out["compressed"] = await store.pool.fetchval(
+            "SELECT count(*) FROM timescaledb_information.chunks ch"
+            " JOIN timescaledb_information.continuous_aggregates c ON c.materialization_hypertable_name ="
+            " ch.hypertable_name WHERE c.view_name = 'gpu_samples_1m_0061'"
+            " AND ch.is_compressed AND ch.range_start <= $1 AND $1 < ch.range_end", minute)
+        out["late"] = await store.write(late)
+        await store.maintain(now)
+        out["series"] = await store.gpu_series(gpu, ["DCGM_FI_DEV_GPU_UTIL"], minute - timedelta(minutes=1),
+                                               minute + timedelta(minutes=2), timedelta(minutes=1))
+        return out
+
+    out = with_store(pglite_dsn, body)
+    assert {v for v, on in out["enabled"].items() if not on} == {"gpu_samples_1m_v1", "gpu_samples_1h_v1"}
+    assert set(out["after"]) == {v for v, on in out["enabled"].items() if on} and len(out["after"]) == 7
+    assert {out["after"][v] for v in out["after"] if "_1m" in v} == {"8 days"}
+    assert {out["after"][v] for v in out["after"] if "_1h" in v} == {"9 days"}
+    assert out["compressed"] == 1
+    assert out["late"] == WriteResult(3, 0, 3, 0)
+    series = out["series"]
+    assert series.source == "1m" and len(series.times) == 1
+    assert series.values["DCGM_FI_DEV_GPU_UTIL"] == [pytest.approx((sum(range(20)) + 0 + 1 + 2) / 23)]
+
+
 def test_policies_run_compression_keeps_writes_idempotent(pglite_dsn: str) -> None:
     """Run each policy's job in the foreground (``CALL run_job``; PGlite has no scheduler).
 

@@ -525,6 +525,7 @@ class Store:
         max_size: int = 4,
         profile: str = "auto",
         now: datetime | None = None,
+        chunk_interval: float | None = None,
         **connect_kwargs: Any,
     ) -> Store:
         """Connect a pool to ``dsn``, migrate, and (plain profile) create today's partitions.
@@ -532,7 +533,8 @@ class Store:
         ``profile``: ``auto`` (TimescaleDB when the extension can be created, else plain
         PostgreSQL), ``timescale`` or ``plain``. ``connect_kwargs`` go to
         ``asyncpg.create_pool`` (e.g. ``statement_cache_size=0, ssl=False`` for PGlite,
-        ``command_timeout``). ``now`` (tests) places the first partitions.
+        ``command_timeout``). ``now`` (tests) places the first partitions. ``chunk_interval``
+        (seconds, TimescaleDB): the raw hypertables' chunk interval for chunks made from now on.
         """
         pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, **connect_kwargs)
         try:
@@ -540,6 +542,9 @@ class Store:
             if choice.profile == "plain":
                 async with pool.acquire() as conn:
                     await maintenance.ensure_partitions(conn, now or datetime.now(UTC))
+            elif chunk_interval is not None:
+                async with pool.acquire() as conn:
+                    await maintenance.set_chunk_interval(conn, timedelta(seconds=chunk_interval))
         except BaseException:
             pool.terminate()
             raise

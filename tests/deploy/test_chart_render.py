@@ -471,6 +471,10 @@ def test_the_collectors_tuning_values_have_the_codes_defaults_and_bounds() -> No
     pairs = [(values["collector"]["kafka"][k], schema["kafka"]["properties"][k], fields[f]) for k, f in TUNING.items()]
     pairs.append((values["collector"]["maintenanceIntervalSeconds"], schema["maintenanceIntervalSeconds"],
                   fields["maintenance_interval"]))
+    pairs.append((values["collector"]["checkpointIntervalSeconds"], schema["checkpointIntervalSeconds"],
+                  fields["checkpoint_interval"]))
+    pairs.append((values["collector"]["chunkIntervalSeconds"], schema["chunkIntervalSeconds"],
+                  fields["chunk_interval"]))
     for value, prop, field in pairs:
         assert value == field.default
         assert {k: v for k, v in prop.items() if k != "type"} == _bounds(field), prop
@@ -484,7 +488,8 @@ def test_the_collectors_tuning_reaches_its_settings(monkeypatch: pytest.MonkeyPa
     tuned = {"fetchMaxWaitMs": 250, "fetchMaxBytes": 32 << 20, "maxPartitionFetchBytes": 4 << 20,
              "dlqMaxRequestSize": 2 << 20, "stallAfterSeconds": 12.5, "keyframeRequestIntervalSeconds": 3,
              "maxBatch": 2000}
-    rendered = render("defaults", collector={"kafka": tuned, "maintenanceIntervalSeconds": 30},
+    rendered = render("defaults", collector={"kafka": tuned, "maintenanceIntervalSeconds": 30,
+                                             "checkpointIntervalSeconds": 120, "chunkIntervalSeconds": 3600},
                       database={"profile": "plain"})
     for name, value in env_of(containers(rendered.one("Deployment"))[0]).items():
         if isinstance(value, str) and name != "GPUWATCH_DB_FILE":  # the DSN file exists only in the pod
@@ -495,3 +500,6 @@ def test_the_collectors_tuning_reaches_its_settings(monkeypatch: pytest.MonkeyPa
         fetch_max_wait_ms=250, fetch_max_bytes=32 << 20, max_partition_fetch_bytes=4 << 20,
         dlq_max_request_size=2 << 20, stall_after_s=12.5, keyframe_request_interval_s=3)
     assert (settings.max_batch, settings.maintenance_interval, settings.db_profile) == (2000, 30, "plain")
+    assert (settings.checkpoint_interval, settings.chunk_interval) == (120, 3600)
+    defaults = env_of(containers(render("defaults").one("Deployment"))[0])
+    assert "GPUWATCH_CHUNK_INTERVAL" not in defaults and defaults["GPUWATCH_CHECKPOINT_INTERVAL"] == "300"

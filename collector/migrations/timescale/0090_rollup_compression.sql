@@ -1,0 +1,26 @@
+-- Compressed rollups, TimescaleDB profile (issue 16 item 4). Uncompressed, a 1-minute rollup
+-- cost about as much per GPU over its 90 days as 14 days of compressed raw samples. Each
+-- continuous aggregate is compressed (segmented by GPU, ordered by bucket: TimescaleDB's
+-- defaults for a view grouped by bucket and gpu) once its buckets are past the refresh
+-- policy's window (1 minute: 7 days, 1 hour: 8), a day later, so the policies never refresh
+-- into compressed chunks; late data older than the windows is folded in by
+-- collector.store.maintenance.refresh_late_timescale, which refreshes compressed chunks too
+-- (tests/test_store_timescale.py). The v1 rollups, which no longer refresh (kept for rows
+-- before their cutover, no longer growing), stay as they are: TimescaleDB gives a continuous
+-- aggregate a compression policy only with a refresh policy.
+
+ALTER MATERIALIZED VIEW gpu_samples_1m_v2 SET (timescaledb.compress = true);
+SELECT add_compression_policy('gpu_samples_1m_v2', compress_after => INTERVAL '8 days');
+ALTER MATERIALIZED VIEW gpu_samples_1h_v2 SET (timescaledb.compress = true);
+SELECT add_compression_policy('gpu_samples_1h_v2', compress_after => INTERVAL '9 days');
+ALTER MATERIALIZED VIEW gpu_samples_1m_host SET (timescaledb.compress = true);
+SELECT add_compression_policy('gpu_samples_1m_host', compress_after => INTERVAL '8 days');
+ALTER MATERIALIZED VIEW gpu_samples_1h_host SET (timescaledb.compress = true);
+SELECT add_compression_policy('gpu_samples_1h_host', compress_after => INTERVAL '9 days');
+ALTER MATERIALIZED VIEW gpu_samples_1m_0061 SET (timescaledb.compress = true);
+SELECT add_compression_policy('gpu_samples_1m_0061', compress_after => INTERVAL '8 days');
+ALTER MATERIALIZED VIEW gpu_samples_1h_0061 SET (timescaledb.compress = true);
+SELECT add_compression_policy('gpu_samples_1h_0061', compress_after => INTERVAL '9 days');
+ALTER MATERIALIZED VIEW process_samples_1m SET (timescaledb.compress = true);
+SELECT add_compression_policy('process_samples_1m', compress_after => INTERVAL '8 days');
+
