@@ -242,7 +242,7 @@ def test_a_connection_left_mid_operation_while_opening_the_store_is_waited_out(
 
     calls: list[int] = []
 
-    async def opening(dsn: str, profile: str = "auto") -> str:
+    async def opening(dsn: str, profile: str = "auto", chunk_interval: float | None = None) -> str:
         calls.append(1)
         if len(calls) == 1:
             raise asyncpg.exceptions.InternalClientError("cannot switch to state 15; another operation (2) is in "
@@ -250,6 +250,7 @@ def test_a_connection_left_mid_operation_while_opening_the_store_is_waited_out(
         return "store"
 
     monkeypatch.setattr(store_pkg.Store, "open", staticmethod(opening))
-    settings = types.SimpleNamespace(db_wait=30.0, dsn=lambda: "postgresql://x/y", db_profile="auto")
+    settings = types.SimpleNamespace(db_wait=30.0, dsn=lambda: "postgresql://x/y", db_profile="auto",
+                                     chunk_interval=None)
     assert asyncio.run(open_store(settings, asyncio.Event())) == "store"
     assert len(calls) == 2
