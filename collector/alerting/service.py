@@ -11,8 +11,8 @@ a timeout, so a clean shutdown loses nothing and a crash loses nothing stored.
 
 Detector state outlives the process (issue 16): each node's state is saved in the flush that
 stores its anomalies (so a saved open anomaly is a stored one) and, for the other nodes fed,
-every ``checkpoint_s`` (300 s: a node's save costs about ten of its records' detection, so
-once in 300 records adds about 10% to detection; benchmarks/bench_checkpoint.py).
+every ``checkpoint_s`` (300 s: a GPU's save costs about 40 of its records' detection, so
+once in 300 records adds about 14% to detection; benchmarks/bench_checkpoint.py).
 :meth:`prepare`, awaited by the ingestor before a batch is judged, takes over the saved
 state of a node this process has not judged yet, and the router the alerts that state holds
 open (one that fired is not notified again; its resolution is sent once). :meth:`release`
