@@ -275,7 +275,8 @@ async def _start(args: argparse.Namespace, settings: Any, api_settings: Any, sta
             print(f"gpuwatch up: port {port} is taken ({exc.strerror}); the API takes a free port", file=sys.stderr)
 
         try:
-            api = await collector.start_api(api_settings, port_given, taken=taken)
+            api = await collector.start_api(api_settings, port_given, taken=taken,
+                                             families=lambda: tuple(collector.detection.families()))
         except OSError as exc:
             raise UserError(f"cannot serve the API on {api_settings.host}:{api_settings.port}: {exc.strerror}; "
                             "choose another --api-port (0: any free port, -1: off)") from exc
