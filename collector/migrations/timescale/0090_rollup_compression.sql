@@ -9,18 +9,18 @@
 -- before their cutover, no longer growing), stay as they are: TimescaleDB gives a continuous
 -- aggregate a compression policy only with a refresh policy.
 
-ALTER MATERIALIZED VIEW gpu_samples_1m_v2 SET (timescaledb.compress = true);
-SELECT add_compression_policy('gpu_samples_1m_v2', compress_after => INTERVAL '8 days');
-ALTER MATERIALIZED VIEW gpu_samples_1h_v2 SET (timescaledb.compress = true);
-SELECT add_compression_policy('gpu_samples_1h_v2', compress_after => INTERVAL '9 days');
-ALTER MATERIALIZED VIEW gpu_samples_1m_host SET (timescaledb.compress = true);
-SELECT add_compression_policy('gpu_samples_1m_host', compress_after => INTERVAL '8 days');
-ALTER MATERIALIZED VIEW gpu_samples_1h_host SET (timescaledb.compress = true);
-SELECT add_compression_policy('gpu_samples_1h_host', compress_after => INTERVAL '9 days');
-ALTER MATERIALIZED VIEW gpu_samples_1m_0061 SET (timescaledb.compress = true);
-SELECT add_compression_policy('gpu_samples_1m_0061', compress_after => INTERVAL '8 days');
-ALTER MATERIALIZED VIEW gpu_samples_1h_0061 SET (timescaledb.compress = true);
-SELECT add_compression_policy('gpu_samples_1h_0061', compress_after => INTERVAL '9 days');
-ALTER MATERIALIZED VIEW process_samples_1m SET (timescaledb.compress = true);
-SELECT add_compression_policy('process_samples_1m', compress_after => INTERVAL '8 days');
-
+DO $$
+DECLARE
+    view_after text[];
+BEGIN
+    FOREACH view_after SLICE 1 IN ARRAY ARRAY[
+        ['gpu_samples_1m_v2', '8 days'], ['gpu_samples_1h_v2', '9 days'],
+        ['gpu_samples_1m_host', '8 days'], ['gpu_samples_1h_host', '9 days'],
+        ['gpu_samples_1m_0061', '8 days'], ['gpu_samples_1h_0061', '9 days'],
+        ['process_samples_1m', '8 days']]
+    LOOP
+        EXECUTE format('ALTER MATERIALIZED VIEW %I SET (timescaledb.compress = true)', view_after[1]);
+        PERFORM add_compression_policy(view_after[1]::regclass, compress_after => view_after[2]::interval);
+    END LOOP;
+END
+$$;
