@@ -542,6 +542,8 @@ class Store:
             if choice.profile == "plain":
                 async with pool.acquire() as conn:
                     await maintenance.ensure_partitions(conn, now or datetime.now(UTC))
+                if chunk_interval is not None:
+                    log.warning("the chunk interval setting is ignored on the plain profile (day partitions)")
             elif chunk_interval is not None:
                 async with pool.acquire() as conn:
                     await maintenance.set_chunk_interval(conn, timedelta(seconds=chunk_interval))
