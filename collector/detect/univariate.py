@@ -16,12 +16,19 @@ that made CAD OSE strong on NAB: an anomaly is a *context* the series has never 
 * **slow contexts**: the same context model over the means of consecutive blocks of
   ``blocks`` values (8 and 32 by default): a level that settles where it never stayed,
   or a rhythm that changes (a daily peak that flattens), is a never-seen *block* context
-  although every single value and every pair of values was seen before.
+  although every single value and every pair of values was seen before;
+* a never-seen bin that only *extends* its stream's range (the values', or a block
+  stream's means') weighs no more than the range novelty of that stream (below): the
+  extremes of a noisy series, and more so of its block means, creep outward as it goes
+  on, and whether a creep crosses a bin line is an accident of the grid; how far beyond
+  the range it goes is not. A never-seen bin inside the range keeps its weight.
 
 The score is the largest of these, in [0, 1]. An anomaly is an onset: a score is
 reported only when it exceeds everything of the last ``refractory`` steps (0 otherwise),
 so one incident gives one detection (``raw`` keeps the score before that gating, for callers
-that gate onsets their own way). Memory per series is the fixed context tables (at most
+that gate onsets their own way). The onset rule compares the novelty before its cap at 1,
+so an excursion well beyond an earlier one (a larger spike after a spike) is an onset of
+its own rather than a tie with it. Memory per series is the fixed context tables (at most
 ``bins`` cubed keys per model) plus a few numbers; an update costs a few dictionary
 look-ups. What was tried and dropped is in docs/benchmarks.md (NAB).
 """
@@ -48,8 +55,9 @@ class _Contexts:
         self.rate = [0.0 for _ in weights]
         self.total = 0
 
-    def step(self, b: int) -> float:
-        """Fold bin ``b`` in; the weight of the shortest never-seen context it ends (0 if none)."""
+    def step(self, b: int, cap: float = 1.0) -> float:
+        """Fold bin ``b`` in; the weight of the shortest never-seen context it ends (0 if none).
+        ``cap`` bounds the weight of a never-seen single bin (the caller's range novelty)."""
         self.recent.append(b)
         recent = tuple(self.recent)
         score = 0.0
@@ -66,6 +74,8 @@ class _Contexts:
                     c = self.tables[length - 2].get(prefix, 0) if length > 1 else self.total
                     escape = c / (c + t + 1.0)
                     score = self.weights[length - 1] * (1.0 - rate) ** self.rarity_power * escape ** self.escape_power
+                    if length == 1 and cap < score:
+                        score = cap
                 successors[prefix] = t + 1
             self.rate[length - 1] = rate + self.alpha * ((1.0 if seen == 0 else 0.0) - rate)
             table[key] = seen + 1
@@ -76,13 +86,23 @@ class _Contexts:
 class _Blocks:
     """The context model over the means of consecutive blocks of ``size`` values."""
 
-    __slots__ = ("ctx", "n", "size", "total")
+    __slots__ = ("ctx", "hi", "lo", "n", "size", "total")
 
     def __init__(self, size: int, ctx: _Contexts) -> None:
         self.size = size
         self.ctx = ctx
         self.total = 0.0
         self.n = 0
+        self.lo = math.inf  # the range of the block means so far
+        self.hi = -math.inf
+
+
+def _novelty(x: float, lo: float, hi: float) -> float:
+    """How far ``x`` lies beyond [lo, hi] as a score, 0.5 + 5 * (distance / range), not capped;
+    0 inside the range or before there is one."""
+    if hi < lo or lo <= x <= hi:
+        return 0.0
+    return 0.5 + 5.0 * (max(x - hi, lo - x) / max(hi - lo, 1e-6))
 
 
 class UnivariateDetector:
@@ -117,29 +137,28 @@ class UnivariateDetector:
     def update(self, value: float) -> float:
         """The anomaly score of this value, in [0, 1] (0 during probation and between onsets)."""
         x = (value - self.lo) * self.scale
-        score = 0.0
-        if self.n >= self.probation // 2 and self.seen_max >= self.seen_min:
-            rng = max(self.seen_max - self.seen_min, 1e-6)
-            beyond = max(x - self.seen_max, self.seen_min - x, 0.0) / rng
-            if beyond > 0:
-                score = min(1.0, 0.5 + 5.0 * beyond)
-        ctx = self.ctx.step(self._bin(x))
+        novelty = _novelty(x, self.seen_min, self.seen_max)
+        score = novelty if self.n >= self.probation // 2 else 0.0  # not capped at 1 here: the onset rule sees it whole
+        ctx = self.ctx.step(self._bin(x), novelty if novelty > 0 else 1.0)
         for blk in self.blocks:
             blk.total += x
             blk.n += 1
             if blk.n == blk.size:
-                ctx = max(ctx, blk.ctx.step(self._bin(blk.total / blk.size)))
+                m = blk.total / blk.size
+                beyond = _novelty(m, blk.lo, blk.hi)
+                ctx = max(ctx, blk.ctx.step(self._bin(m), beyond if beyond > 0 else 1.0))
+                blk.lo, blk.hi = min(blk.lo, m), max(blk.hi, m)
                 blk.total, blk.n = 0.0, 0
         if self.n >= self.probation:
             score = max(score, ctx)
         self.seen_min, self.seen_max = min(self.seen_min, x), max(self.seen_max, x)
         past = self.past
-        onset = score if (not past or score > past[0][1]) else 0.0
+        onset = min(1.0, score) if (not past or score > past[0][1]) else 0.0
         while past and past[-1][1] <= score:
             past.pop()
         past.append((self.n, score))
         if past[0][0] <= self.n - self.refractory:
             past.popleft()
         self.n += 1
-        self.raw = score if self.n > self.probation else 0.0
+        self.raw = min(1.0, score) if self.n > self.probation else 0.0
         return onset if self.n > self.probation else 0.0

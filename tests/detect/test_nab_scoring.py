@@ -69,3 +69,28 @@ def test_univariate_detector_flags_a_rhythm_that_stops_although_every_value_was_
     det = UnivariateDetector(min(values), max(values), probation_rows(len(values)))
     scores = [det.update(v) for v in values]
     assert max(scores[2000:2016]) > max(scores[1000:2000]) + 0.1
+
+
+def test_univariate_detector_reports_a_larger_spike_right_after_a_spike() -> None:
+    # both spikes score the capped 1.0; the onset rule sees the second go far beyond the first
+    rng = random.Random(3)
+    values = [10.0 + rng.gauss(0, 1) for _ in range(1500)]
+    values[1200], values[1230] = 30.0, 90.0
+    det = UnivariateDetector(0.0, 100.0, probation_rows(len(values)))
+    scores = [det.update(v) for v in values]
+    assert det.refractory > 30
+    assert scores[1200] == 1.0 and scores[1230] == 1.0
+
+
+
+def test_univariate_detector_a_block_mean_creeping_past_its_range_is_not_a_new_context() -> None:
+    # blocks of 8 whose means alternate 46 and 54 (bins 11 and 12 of 24 over 0-100); one block's
+    # mean reaches 54.4, a new bin (13) but only 5% beyond the block means' range, every value
+    # and pair of values in it seen before: scored as that much range novelty, not as a new bin
+    values: list[float] = []
+    for k in range(200):
+        m = 54.4 if k == 181 else (46.0 if k % 2 == 0 else 54.0)
+        values += [m - 3.0, m + 3.0] * 4
+    det = UnivariateDetector(0.0, 100.0, probation_rows(len(values)), blocks=(8,))
+    scores = [det.update(v) for v in values]
+    assert max(scores[181 * 8:183 * 8]) < 0.8
