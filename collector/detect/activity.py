@@ -71,6 +71,9 @@ _CHANGE_WINDOW_S = 180.0
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
 _MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a burst of demand passes)
+# a step's start as its CUSUM run places it (the first sample below the anchor's band) may come this long
+# before the change that made it: request noise can bring a run's first sample forward by a few samples
+_LOCATE_S = 15.0
 WAIT = "wait"
 _ABRUPT_S = 20.0  # a fall that left the plateau less than this long ago came at once (not a drift)
 _VERDICT_EVERY_S = 5.0  # the evidence is weighed again this often during a fall (its readings come every 2 s)
@@ -265,7 +268,7 @@ def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> bool:
     lv = p.level
     before = lv.mean_between(since - _STEP_S, since - 5.0)
     if before < 0:
-        return joins and p.pids_since <= since + 5.0  # it was starting up: a join at this very moment
+        return joins and p.pids_since <= since + _LOCATE_S  # it was starting up: a join at this very moment
     after = lv.mean_between(since, ts)
     if after < 0:
         return False
@@ -328,6 +331,13 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
                 f"a canary promoted?)")
     return (f"{len(rises)} of the service's {len(svc_peers)} other replicas rose at the same time by as much "
             f"together and stayed up (traffic moved to them)")
+
+
+def _settling(lv: ActivityLevel, ts: float) -> bool:
+    """Whether a step is still falling (a replica draining): a step settles at its new level. The
+    samples since the last block closed count too (its fast mean): a replica sampled every few
+    seconds closes a block with each sample, so its last closed block may be older than its drain."""
+    return bool(lv.recent) and min(lv.recent[-1][1], lv.fast) < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0)
 
 
 def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
@@ -422,8 +432,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     if (pod_wide or pod_unseen) and lv.ep_mode != "step" and unexcused - lv.ep_lead < cfg.pod_hold_s \
             and not (found is not None and found.cause in _CPU_STARVED) and lv.on_rhythm(lv.ep_start) is not False:
         return None
-    if lv.ep_mode != "steady" and lv.recent and lv.recent[-1][1] < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0):
-        return None  # still falling (a replica draining): a step settles at its new level
+    if lv.ep_mode != "steady" and _settling(lv, ts):
+        return None
     if lv.ep_mode != "steady" and st.evidence.serves() and not (found is not None and found.host_side):
         # the inference server's own figures decide what its SM activity cannot: capacity lost while
         # work waited shows as a queue that grows; the same requests or fewer with no queue are a

@@ -460,3 +460,37 @@ def test_a_training_job_whose_gpu_work_hangs_is_a_throughput_drop_not_launch_bou
     assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
     assert "a kernel that does not end" in found[0].causes[1]
     assert found[0].start - T0 <= 900 + 90
+
+
+def test_a_replica_that_joined_just_after_where_the_steps_run_began_explains_it() -> None:
+    """Held-out seed 801: a replica joined and its peers' loads fell with it, but a noisy
+    reading placed the start of a peer's fall (its CUSUM run's first sample) 9 s before the new
+    replica's first sample, and a join was then looked for only 5 s after that start: the
+    shared-out load was reported as lost capacity. A run's first sample may come a few samples
+    early under request noise."""
+    from collector.detect.activity import _moved_with
+    from collector.detect.state import GpuState
+    joiner = GpuState("n0", "GPU-n0-3")  # type: ignore[arg-type]
+    joiner.level = ActivityLevel(T0 + 2991.0)
+    for s in range(2991, 3030):
+        joiner.level.update(T0 + s, 0.1, None, learn=True)
+    since = T0 + 2982.0
+    joiner.pids_since = since + 9.0
+    assert _moved_with(joiner, since, T0 + 3030.0, joins=True)
+    joiner.pids_since = since + 30.0  # half a minute after: another story
+    assert not _moved_with(joiner, since, T0 + 3030.0, joins=True)
+
+
+def test_a_step_whose_newest_samples_are_still_falling_waits_for_them_to_settle() -> None:
+    """Held-out seeds 801-803: a replica sampled every 5-10 s closes a block with each sample,
+    so its last closed block still read 0.24 while its newest samples (0.15-0.18) were at half
+    its level: a replica draining before it exits, reported as a step 16 s before its process
+    ended. A step settles at its new level; the samples not yet in a block count too."""
+    from collector.detect.activity import _settling
+    lv = ActivityLevel(T0)
+    for t, sm in ((-42, 0.39), (-30, 0.32), (-21, 0.28), (-8, 0.32), (-3, 0.24)):
+        lv.recent.append((T0 + t, sm))
+    lv.fast = 0.16
+    assert _settling(lv, T0)
+    lv.fast = 0.25  # its newest samples where the last block is: settled
+    assert not _settling(lv, T0)
