@@ -243,6 +243,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 22.0), ("membound", 8.0), ("copy", 8.0), ("launch", 65.0)),
           "gpu_s": 0.08, "cpu_s": 0.06, "stall_steps": 1.9, "burners_per_core": 3, "leak_every_s": 2.0,
           "leak_gib": 0.5, "serve_period_s": 11.0, "launch_batch": 2500, "hang_kernel_s": 0.04, "hang_streams": 6},
+    # "s": the eighteenth run, written in the fourteenth session (2026-12-04) before any detector saw it
+    # and scored once when recorded: an evaluation as long as 25 s (a hard negative: twice the longest
+    # before), a slow drift (each step waits longer for 50 s, then holds at 1.4 steps' wait), the mildest
+    # contention yet (1 burner per core), a loader that falls behind in longer bursts (5 s of steps, 4 s
+    # waiting), a leak of 0.4 GiB every 2 s; then a new process serving a 9-s demand wave and launch-bound
+    # work for 68 s with 1,200 tiny kernels per sync; a step with more CPU than GPU
+    "s": {"train": (("train", 30.0), ("eval", 25.0), ("train", 22.0), ("drift", 80.0), ("train", 20.0),
+                    ("contention", 62.0), ("train", 20.0), ("hiccup", 62.0), ("train", 20.0), ("leak", 32.0)),
+          "tools": (("serve", 20.0), ("launch", 68.0)),
+          "gpu_s": 0.06, "cpu_s": 0.08, "stall_steps": 1.5, "burners_per_core": 1, "leak_every_s": 2.0,
+          "leak_gib": 0.4, "serve_period_s": 9.0, "launch_batch": 1200, "drift_steps": 1.4, "drift_ramp_s": 50.0,
+          "hiccup_run_s": 5.0, "hiccup_wait_s": 4.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
