@@ -356,3 +356,15 @@ def test_trace_r_a_hang_on_six_streams_is_a_throughput_drop_and_the_copy_is_not_
     assert [a.kind for a in during] == ["throughput_drop"]
     assert "a kernel that does not end" in during[0].causes[1]
     assert during[0].end is not None and hang["end"] <= during[0].end < hang["end"] + 10.0
+
+
+def test_trace_s_held_out_three_of_five_its_drift_and_a_loader_after_it_missed() -> None:
+    """Variant s, written in the fourteenth session before any detector saw it and scored once at
+    its recording: 3 of 5 (contention 60 s, leak 23 s, launch-bound 62 s), nothing on its normal
+    phases (a 25-s evaluation at a twentieth of the level, a serving wave). Missed: the drift (0.40
+    to 0.14 over 50 s, then holding) was below 0.6 of the level for under a minute before the
+    phase ended, and a drift is timed from when it crossed; the loader that fell behind (5 s of
+    steps, 4 s of waits) came after it, when the young job's unreported drift had cost it its
+    plateau hints (judged as a job of unknown kind, against an anchor the drift had pulled down).
+    Recorded as it stands: docs/gpu-validation.md."""
+    _scored("s", ["drift", "hiccup"])
