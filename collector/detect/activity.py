@@ -129,7 +129,7 @@ def verdict(st: GpuState, since: float, ts: float) -> Verdict | None:
     return found
 
 
-def _young(st: GpuState, ts: float, lone: bool) -> bool:
+def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
     """A fall from a level held too briefly to count yet, of a lone GPU that nothing says serves
     requests (an inference server after its warm-up waits for traffic, and sleeps): a fault of a
     steady job when it is deep and the host names a cause (the real H200 trace i: a stall 20 s into
@@ -146,10 +146,10 @@ def _young(st: GpuState, ts: float, lone: bool) -> bool:
     since = lv.left_plateau(ref, ts, _YOUNG_S)
     found = verdict(st, since, ts)
     if lv.fast < YOUNG_DEEP * ref and found is not None and found.host_side:
-        lv.start_episode(since, ref, "steady", True, lead=ts - since)
+        lv.start_episode(since, ref, "steady", True, lead=ts - since, fallen=fallen)
         return True
     if (found is None or found.cause != "demand") and lv.duty_cycled(since, ts, ref):
-        lv.start_episode(since, ref, "steady", True, lead=ts - since, waits=True)
+        lv.start_episode(since, ref, "steady", True, lead=ts - since, waits=True, fallen=fallen)
         return True
     return False
 
@@ -184,7 +184,7 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
     if fast < ZERO:
         return False
     if not lv.established:
-        return _young(st, ts, lone)
+        return _young(st, ts, lone, cfg.drop_ratio)
     ref = lv.level
     if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread \
             and lv.high_within(ts, _STEP_S) >= cfg.drop_ratio * ref:  # falling to here, not rising from idle
@@ -194,12 +194,12 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
         if mode == "steady":
             abrupt = lv.high_within(ts, _ABRUPT_S) >= PLATEAU * ref
             since = lv.left_plateau(ref, ts, _ABRUPT_S) if abrupt else ts
-            lv.start_episode(since, ref, "steady", abrupt, lead=ts - since)
+            lv.start_episode(since, ref, "steady", abrupt, lead=ts - since, fallen=cfg.drop_ratio)
             return True
         since = lv.left_plateau(ref, ts, _STEP_S)
         found = verdict(st, since, ts)
         if found is not None and found.host_side:
-            lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since)
+            lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since, fallen=cfg.drop_ratio)
             return True
     if mode == "steady":
         return False
@@ -376,7 +376,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     why = _explained(st, cfg)
     if why == "copy":
         # judged from when the copy ends
-        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported, waits=lv.ep_waits)
+        lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported, waits=lv.ep_waits,
+                         fallen=lv.ep_fallen)
         return None
     if why is not None:
         lv.end_episode()
@@ -410,7 +411,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             assert st.new_cause is not None  # what _new_cause saw
             since, ref = st.new_cause[0] - _NEW_CAUSE_S, lv.ep_ref
             lv.end_episode(since, reported=True)
-            lv.start_episode(since, ref, "steady", True, lead=ts - since)
+            lv.start_episode(since, ref, "steady", True, lead=ts - since, fallen=cfg.drop_ratio)
             st.drop_cause = st.new_cause = None
             return None
         return _finding(st, ts, cfg, pod_peers, svc_peers, False)

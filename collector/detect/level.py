@@ -126,8 +126,9 @@ class ActivityLevel:
 
     __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line_cache", "b_fb", "b_fb_n", "b_n", "b_sq",
                  "b_start", "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips",
-                 "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_lead", "ep_mode", "ep_n", "ep_prev", "ep_ref",
-                 "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "ep_waits", "fast", "fast_ts", "fb_level",
+                 "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_fallen", "ep_lead", "ep_mode", "ep_n",
+                 "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "ep_waits", "fast",
+                 "fast_ts", "fb_level",
                  "held", "incident", "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks",
                  "rebase_ts", "recent", "recent_max", "recent_means", "samples", "since", "slow", "sorted", "spread",
                  "steady", "tight", "zero_since")
@@ -191,6 +192,7 @@ class ActivityLevel:
         self.ep_reported = False  # whether this fall was reported (an open anomaly of another fall is not its)
         self.ep_lead = 0.0  # how long before it was seen below its ratio the fall left the plateau
         self.ep_waits = False  # whether it is known to be a job waiting for work (duty_cycled), whatever its depth
+        self.ep_fallen = 0.0  # the fraction of the reference below which the fall's blocks count (0: all)
         # seconds of the fall excused as known dips, and the current run of blocks like one of them
         self.ep_excused = 0.0
         self.ep_runs: dict[int, float] = {}
@@ -559,11 +561,14 @@ class ActivityLevel:
 
     # ---- the fall being judged ----
     def start_episode(self, ts: float, ref: float, mode: str, abrupt: bool, reported: bool = False,
-                      lead: float = 0.0, waits: bool = False) -> None:
+                      lead: float = 0.0, waits: bool = False, fallen: float = 0.0) -> None:
         """A fall from ``ref`` that began at ``ts``, first seen below its ratio ``lead`` seconds later;
-        ``waits``: the job is known to wait for work (it is judged as one, whatever its depth)."""
+        ``waits``: the job is known to wait for work (it is judged as one, whatever its depth);
+        ``fallen``: the fraction of ``ref`` below which the GPU counts as fallen (its ratio; 0: every
+        block counts)."""
         self.ep_ref, self.ep_start, self.ep_mode, self.ep_abrupt = ref, ts, mode, abrupt
         self.ep_waits = waits
+        self.ep_fallen = fallen
         self.ep_reported = reported
         self.ep_lead = lead
         self.ep_sum, self.ep_dsum, self.ep_n, self.ep_up = 0.0, 0.0, 0, -1.0
@@ -652,6 +657,13 @@ class ActivityLevel:
         (counted per run of blocks, each burst would start the dip's allowance anew)."""
         if len(self.ep_blocks) < 64:
             self.ep_blocks.append(depth)
+        if depth >= self.ep_fallen > 0 and not self.ep_waits and not self.bursty():
+            # back above the ratio but not yet recovered (the band between them): not fallen, so not
+            # counted. A smooth fall's time is its time below the ratio; the band only decides when it
+            # ends (a pod's checkpoint at a tenth of its level ran into its evaluation at 0.62, which
+            # alone never starts a fall, and the evaluation's minutes were counted as the checkpoint's)
+            self.ep_excused += span
+            return
         dip, allowance = self._like(depth, start)
         if dip < 0:
             return

@@ -137,6 +137,26 @@ def test_a_pod_stall_off_its_known_rhythm_is_judged_as_one_gpus_fall() -> None:
     assert len(found) == 4 and all(1200 + 140 < a.start - T0 <= 1200 + 170 for a in found)
 
 
+def test_a_checkpoint_that_runs_into_an_evaluation_above_the_ratio_is_no_pod_stall() -> None:
+    """Held-out seeds 901-903: a pod's first checkpoint (a tenth of its level, 60 s) ran straight
+    into its evaluation (0.62 of its level, 110 s: above the 0.6 ratio, so alone it never starts a
+    fall), and the evaluation's time, in the band where a fall is not yet recovered, was counted as
+    the fall's: 170 s, past the 150 s a pod-wide fall may last, on all 8 GPUs. A fall's time is its
+    time below the ratio; a stall at 0.35 for 6 minutes is still found."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm = 0.91
+        if 2000 <= t < 2060:
+            sm = 0.09  # checkpoint
+        elif 2060 <= t < 2170:
+            sm = 0.56  # evaluation, right after it
+        if 3600 <= t < 3960:
+            sm = 0.35  # the input pipeline stalls, the whole pod
+        return record(t, g, sm=sm * (1 + 0.01 * ((t * 7 + g) % 3 - 1)), pid=100 + g)
+    found = run(trace(4200, 4, make))
+    assert {a.kind for a in found} == {"throughput_drop"} and len(found) == 4
+    assert all(3600 < a.start - T0 <= 3600 + 170 for a in found)
+
+
 def test_an_evaluation_that_ends_into_a_throttle_still_counts_in_the_pods_rhythm() -> None:
     """The pod's evaluation at 1800 s comes back, and 6 s later goes into 3 minutes of thermal
     throttling (a more specific finding, which ends the fall being judged while it recovers). It
