@@ -302,18 +302,20 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
         return None
     since = ts - lv.ep_start
     lost = lv.ep_ref * (1.0 - min(lv.fast / lv.ep_ref, lv.episode_depth()))  # the new level, not the way down
-    if since <= CUSUM_WINDOW:  # the peers are judged about the step itself, not by what they do minutes later
+    if since <= CUSUM_WINDOW:  # the peers' own state now says how they are about the step itself
         fell = sum(1 for p in svc_peers if _fell(p, cfg.step_ratio))
         if fell >= max(1, len(svc_peers) // 2):
             return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"
-        if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
-            joins = _join_can_explain(lv, lost, svc_peers)
-            moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts, joins)), None)
-            if moved is not None:
-                return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
-                        f"(the load was shared out anew: autoscaling or a rollout)")
     elif since > _MOVED_S + 10.0:
         return None
+    if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
+        # read from the peers' blocks around the step's start, so it holds for a step confirmed late (a
+        # noisy replica's CUSUM took 75 s to confirm a step that a join on its node had made)
+        joins = _join_can_explain(lv, lost, svc_peers)
+        moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts, joins)), None)
+        if moved is not None:
+            return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
+                    f"(the load was shared out anew: autoscaling or a rollout)")
     # traffic that left this replica went to the others: together they rose by as much at the same moment
     # (one replica taking it all, a canary promoted, or up to four taking a share each; a peer's smaller
     # rise is its own demand moving, and many of those add up to anything)

@@ -501,6 +501,36 @@ def test_a_replica_that_joined_just_after_where_the_steps_run_began_explains_it(
     assert not _moved_with(joiner, since, T0 + 3030.0, joins=True)
 
 
+def test_a_join_explains_a_step_that_was_confirmed_more_than_a_minute_after_it_began() -> None:
+    """Held-out seed 901: a replica sampled every few seconds with request noise took 75 s to
+    confirm a step that a join on its service had made (its peer fell with it, the new replica
+    was loading); the join was looked for only while the step was under a minute old, so the
+    shared-out load was reported as lost capacity for 16 minutes. What the peers did around the
+    step's start is in their blocks, whenever the step is confirmed."""
+    from collector.detect.activity import _demand_explains
+    from collector.detect.state import GpuState
+
+    def gpu(name: str, blocks: list[tuple[float, float]], since: float) -> GpuState:
+        st = GpuState("n0", name)  # type: ignore[arg-type]
+        st.level = ActivityLevel(T0 - 600.0)
+        for t, sm in blocks:
+            st.level.recent.append((T0 + t, sm))
+        st.level.jitter = 0.02
+        st.pids_since = T0 + since
+        return st
+
+    st = gpu("GPU-n0-1", [(float(t), 0.66 if t < 0 else 0.41) for t in range(-150, 76, 5)], -3000.0)
+    lv = st.level
+    lv.start_episode(T0, 0.66, "step", True)
+    for _ in range(10):
+        lv.add_to_episode(0.41)
+    lv.fast = 0.41
+    peer = gpu("GPU-n0-0", [(float(t), 0.83 if t < 0 else 0.5) for t in range(-150, 76, 5)], -3000.0)
+    joiner = gpu("GPU-n0-3", [(float(t), 0.1) for t in range(-75, 76, 5)], -80.0)
+    why = _demand_explains(st, T0 + 75.0, DetectorConfig(), [peer, joiner], T0 - 80.0)
+    assert why is not None and "shared out anew" in why
+
+
 def test_a_step_whose_newest_samples_are_still_falling_waits_for_them_to_settle() -> None:
     """Held-out seeds 801-803: a replica sampled every 5-10 s closes a block with each sample,
     so its last closed block still read 0.24 while its newest samples (0.15-0.18) were at half
