@@ -302,7 +302,7 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
         return None
     since = ts - lv.ep_start
     lost = lv.ep_ref * (1.0 - min(lv.fast / lv.ep_ref, lv.episode_depth()))  # the new level, not the way down
-    if since <= CUSUM_WINDOW:  # the peers' own state now says how they are about the step itself
+    if since <= CUSUM_WINDOW:  # a peer's fall is read from its state now: only while the step is recent
         fell = sum(1 for p in svc_peers if _fell(p, cfg.step_ratio))
         if fell >= max(1, len(svc_peers) // 2):
             return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"

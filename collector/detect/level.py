@@ -128,10 +128,9 @@ class ActivityLevel:
                  "b_start", "b_sum", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum", "dips",
                  "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_fallen", "ep_lead", "ep_mode", "ep_n",
                  "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "ep_waits", "fast",
-                 "fast_ts", "fb_level",
-                 "held", "incident", "jitter", "last", "level", "noise", "noises", "phase_ts", "plateau_blocks",
-                 "rebase_ts", "recent", "recent_max", "recent_means", "samples", "since", "slow", "sorted", "spread",
-                 "steady", "tight", "zero_since")
+                 "fast_ts", "fb_level", "held", "incident", "jitter", "last", "level", "noise", "noises", "phase_ts",
+                 "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "samples", "since", "slow",
+                 "sorted", "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
