@@ -181,8 +181,9 @@ async def _compressed_chunk_tables(conn: Any, rel: str) -> list[str]:
         "SELECT format('%I.%I', cc.schema_name, cc.table_name) AS t FROM _timescaledb_catalog.chunk c"
         " JOIN _timescaledb_catalog.chunk cc ON cc.id = c.compressed_chunk_id"
         " JOIN _timescaledb_catalog.hypertable h ON h.id = c.hypertable_id"
-        " WHERE format('%I.%I', h.schema_name, h.table_name)::regclass = $1::regclass AND NOT c.dropped", rel)
-    return [str(r["t"]) for r in rows]
+        " WHERE format('%I.%I', h.schema_name, h.table_name)::regclass = $1::regclass", rel)
+    # a dropped chunk's compressed table is gone (2.23 marks it dropped; 2.28 has no such column)
+    return [str(r["t"]) for r in rows if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", r["t"])]
 
 
 async def _column_bytes(conn: Any, rel: str) -> dict[str, Any]:
