@@ -9,8 +9,9 @@ edited by hand. Inputs (each a JSON file a benchmark wrote):
 * ``--ingest``: the collector's CPU per GPU-sample at the agent's frame shape (2 records per
   frame), run as the chart runs it, detection and the REST API on
   (benchmarks/bench_deploy_sizing.py: ``collector_cpu_us_per_sample``);
-* ``--store``: bytes per GPU-sample in TimescaleDB, uncompressed and compressed
-  (benchmarks/bench_deploy_sizing.py --timescale, or bench_timescale_compression.py);
+* ``--store``: bytes per GPU-sample in TimescaleDB, uncompressed and compressed, sample and
+  process rows with their indexes (benchmarks/bench_timescale_compression.py on a real server;
+  bench_deploy_sizing.py --timescale's PGlite figures are read too);
 * ``--checkpoint``: detector state per GPU (benchmarks/bench_checkpoint.py).
 
 Run from the repository root::
@@ -40,6 +41,16 @@ def _read(path: Path, *keys: str) -> float:
     for key in keys:
         data = data[key]
     return float(data)
+
+
+def _store(path: Path) -> dict[str, float]:
+    """Raw bytes per GPU-sample before and after compression, from either benchmark's JSON."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "raw" in data:  # bench_timescale_compression.py (a real server)
+        return {"raw_b": float(data["raw"]["bytes_per_gpu_sample_before"]),
+                "packed_b": float(data["raw"]["bytes_per_gpu_sample_after"])}
+    return {"raw_b": float(data["bytes_per_sample_uncompressed"]),  # bench_deploy_sizing.py --timescale
+            "packed_b": float(data["bytes_per_sample_compressed"])}
 
 
 def plan(gpus: int, wire_b: float, cpu_us: float, raw_b: float, packed_b: float, state_b: float, *,
@@ -97,7 +108,7 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=100_000)
     ap.add_argument("--wire", type=Path, default=RUNS / "wire-2026-12-04.json")
     ap.add_argument("--ingest", type=Path, default=RUNS / "deploy-sizing.json")
-    ap.add_argument("--store", type=Path, default=RUNS / "deploy-sizing-timescale.json")
+    ap.add_argument("--store", type=Path, default=RUNS / "timescale-compression-2026-12-04.json")
     ap.add_argument("--checkpoint", type=Path, default=RUNS / "checkpoint-2026-12-03.json")
     ap.add_argument("--markdown", action="store_true", help="print the plan as a markdown table")
     args = ap.parse_args()
@@ -105,8 +116,7 @@ def main() -> int:
         inputs = {
             "wire_b": _read(args.wire, "bytes_per_gpu_sample"),
             "cpu_us": _read(args.ingest, "collector_cpu_us_per_sample"),
-            "raw_b": _read(args.store, "bytes_per_sample_uncompressed"),
-            "packed_b": _read(args.store, "bytes_per_sample_compressed"),
+            **_store(args.store),
             "state_b": _read(args.checkpoint, "state_bytes_per_gpu"),
         }
     except (OSError, KeyError, ValueError, TypeError) as exc:
