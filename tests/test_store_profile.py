@@ -162,3 +162,41 @@ def test_replicas_migrating_a_fresh_database_together_apply_each_migration_once(
             await conn.close()
 
     assert asyncio.run(applied()) == [m.version for m in load_migrations("plain")]
+
+
+def test_a_migration_that_postgresql_cancels_to_break_a_deadlock_is_applied_again(
+        pg_db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """On a real TimescaleDB 2.23.1, 3 of 11 fresh databases lost their first start: each migration
+    commits on its own, the scheduler starts an earlier one's refresh policy, and a later migration
+    altering the same aggregate deadlocked with it. Here another session holds one table and then
+    asks for the one the migration holds: a real deadlock, which PostgreSQL breaks by cancelling the
+    migration (its wait began first). The migration is applied again once the other session is done."""
+    import importlib
+
+    mig = importlib.import_module("collector.store.migrate")  # the module (the package exports its function)
+
+    sql = "LOCK TABLE t1 IN ACCESS EXCLUSIVE MODE; LOCK TABLE t2 IN ACCESS EXCLUSIVE MODE; CREATE TABLE done (x int)"
+    monkeypatch.setattr(mig, "load_migrations", lambda profile: [mig.Migration(9001, "locks", "plain", sql)])
+
+    async def main() -> list[int]:
+        setup = await asyncpg.connect(pg_db)
+        other = await asyncpg.connect(pg_db)
+        runner = await asyncpg.connect(pg_db)
+        try:
+            await setup.execute("CREATE TABLE t1 (x int); CREATE TABLE t2 (x int)")
+            tx = other.transaction()
+            await tx.start()
+            await other.execute("LOCK TABLE t2 IN ACCESS EXCLUSIVE MODE")
+            applying = asyncio.ensure_future(mig.migrate(runner, "plain"))
+            await asyncio.sleep(0.3)  # the migration holds t1 and waits for t2
+            await other.execute("LOCK TABLE t1 IN ACCESS EXCLUSIVE MODE")  # granted once the migration is cancelled
+            await tx.commit()
+            await applying
+            return [int(r["version"]) for r in await setup.fetch("SELECT version FROM schema_migrations")]
+        finally:
+            for conn in (setup, other, runner):
+                await conn.close()
+
+    with caplog.at_level("WARNING", logger="collector.store.migrate"):
+        assert asyncio.run(main()) == [9001]
+    assert any("deadlocked" in r.getMessage() for r in caplog.records)

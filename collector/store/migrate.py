@@ -19,6 +19,7 @@ an applied migration is history, fixes go into a new file.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import logging
@@ -38,6 +39,7 @@ MIGRATE_LOCK_KEY: Final = int.from_bytes(b"gpuwatch", "big") & 0x7FFF_FFFF_FFFF_
 _FILE_RE: Final = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 log = logging.getLogger(__name__)
+_DEADLOCK_TRIES: Final = 5  # a migration PostgreSQL cancelled to break a deadlock is applied again, this often
 
 _BOOTSTRAP_SQL: Final = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -227,6 +229,30 @@ async def migrate_pool(pool: asyncpg.Pool, profile: str = "auto") -> ProfileChoi
             log.debug("the timescaledb probe closed the connection; migrating on a new one")
 
 
+async def _apply(conn: asyncpg.Connection, migration: Migration, profile: Profile) -> None:
+    """One migration and its ``schema_migrations`` row in one transaction; again, after a pause, when
+    PostgreSQL broke a deadlock by cancelling it. Why: on TimescaleDB each migration commits on its
+    own, and the scheduler starts the policies of the earlier ones (a continuous aggregate's refresh)
+    while a later one alters the same objects; on a real server (2.23.1) 3 of 11 fresh databases lost
+    their first start to such a deadlock. The transaction rolled back whole, so running it again is
+    safe, and by then the job has finished or waits for the migration."""
+    for attempt in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name, profile, checksum) VALUES ($1, $2, $3, $4)",
+                    migration.version, migration.name, profile, migration.checksum,
+                )
+            return
+        except asyncpg.DeadlockDetectedError:
+            if attempt == _DEADLOCK_TRIES:
+                raise
+            log.warning("migration %s deadlocked with another session (TimescaleDB's own jobs?) and was rolled "
+                        "back; applying it again (%d of %d)", migration.filename, attempt + 1, _DEADLOCK_TRIES)
+            await asyncio.sleep(0.5 * attempt)
+
+
 async def migrate_with_reason(conn: asyncpg.Connection, profile: str = "auto",
                               unusable: str | None = None) -> ProfileChoice:
     """:func:`migrate`, returning why the profile was chosen; ``unusable``: why
@@ -255,12 +281,7 @@ async def migrate_with_reason(conn: asyncpg.Connection, profile: str = "auto",
                     )
                 continue
             log.info("applying migration %s", migration.filename)
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, name, profile, checksum) VALUES ($1, $2, $3, $4)",
-                    migration.version, migration.name, chosen, migration.checksum,
-                )
+            await _apply(conn, migration, chosen)
         return choice
     finally:
         if not _closed(conn):
