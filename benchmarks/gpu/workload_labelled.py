@@ -16,7 +16,8 @@ limit, no ECC, no reset); every incident is caused by what the workload does:
   ``throughput_drop``; ``leak`` (1 GiB more kept every 2 s) -> ``memory_leak``; ``hang`` (the
   process alive, its GPU work one kernel spinning on a single thread block, ``torch.cuda._sleep``:
   a collective waiting for a dead peer; ``hang_streams`` > 1: that many at once, each on its own
-  stream) -> ``throughput_drop``; then the process exits (a job stop);
+  stream) -> ``throughput_drop``; ``jitter`` (each step waits a random, exponentially distributed
+  time for its batch) -> ``throughput_drop``; then the process exits (a job stop);
 * **tools** (another new process): ``serve`` (requests at a varying rate with a burst: a
   demand-driven phase), ``copy`` (host-to-device copies: copy-bound), ``membound``
   (elementwise passes over 16 GiB: memory-bound), ``launch`` (a loop of tiny kernels, about
@@ -39,6 +40,7 @@ import itertools
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -48,7 +50,7 @@ from typing import Any
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
           "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop",
-          "onethread": "throughput_drop", "hang": "throughput_drop"}
+          "onethread": "throughput_drop", "hang": "throughput_drop", "jitter": "throughput_drop"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -255,6 +257,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "gpu_s": 0.06, "cpu_s": 0.08, "stall_steps": 1.5, "burners_per_core": 1, "leak_every_s": 2.0,
           "leak_gib": 0.4, "serve_period_s": 9.0, "launch_batch": 1200, "drift_steps": 1.4, "drift_ramp_s": 50.0,
           "hiccup_run_s": 5.0, "hiccup_wait_s": 4.0},
+    # "t": the nineteenth run, written in the fifteenth session (2026-12-04) before any detector saw it
+    # and scored once when recorded, the issue's incidents at its own figures: a loader whose waits are
+    # random ("jitter": each step waits an exponential time of mean 1.5 steps, as a loader contending
+    # for a shared filesystem does) after a longer checkpoint (10 s); an evaluation of 25 s; contention
+    # from 14 CPU burners (the issue's count, not per core); an input stall at a quarter duty cycle (3
+    # steps' wait); a leak of 0.5 GiB every 2 s; then a new process serving a 15-s demand wave, a copy
+    # and launch-bound work with 3,000 tiny kernels per sync; a GPU-heavier step
+    "t": {"train": (("train", 30.0), ("checkpoint", 10.0), ("train", 20.0), ("jitter", 65.0), ("train", 22.0),
+                    ("eval", 25.0), ("train", 20.0), ("contention", 62.0), ("train", 20.0), ("stall", 62.0),
+                    ("train", 20.0), ("leak", 32.0)),
+          "tools": (("serve", 24.0), ("copy", 6.0), ("launch", 66.0)),
+          "gpu_s": 0.10, "cpu_s": 0.05, "stall_steps": 3.0, "burners": 14, "leak_every_s": 2.0,
+          "leak_gib": 0.5, "serve_period_s": 15.0, "launch_batch": 3000, "jitter_steps": 1.5},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -309,6 +324,7 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
     gpu_work(prepare(), matmuls)
     step_s = time.perf_counter() - t0
     kept: list[torch.Tensor] = []
+    rng = random.Random(7)
     tiny = torch.zeros(1, device=dev)
     burners: list[subprocess.Popen[bytes]] = []
     # a hang of several kernels at once (variant r): one stream each; none made for one (q's path)
@@ -319,8 +335,8 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
         end = began + seconds * SCALE
         if phase == "contention":
             spin = f"import time\nend = {end}\nwhile time.time() < end:\n    pass\n"
-            burners = [subprocess.Popen([sys.executable, "-c", spin])
-                       for _ in range(V["burners_per_core"] * (os.cpu_count() or 1))]
+            count = V.get("burners") or V["burners_per_core"] * (os.cpu_count() or 1)
+            burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
         torch.set_num_threads(1 if phase == "onethread" else os.cpu_count() or 1)
         grow_at = time.time()
         while time.time() < end:
@@ -337,6 +353,9 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 gpu_work(prepare(), matmuls)
                 grown = min(1.0, (time.time() - began) / (V["drift_ramp_s"] * SCALE))
                 time.sleep(V["drift_steps"] * grown * step_s)
+            elif phase == "jitter":  # each step waits a random time for its batch (mean jitter_steps steps)
+                gpu_work(prepare(), matmuls)
+                time.sleep(rng.expovariate(1.0 / (V["jitter_steps"] * step_s)))
             elif phase == "hiccup":  # the loader's workers fall behind: bursts of steps, then a wait
                 if (time.time() - began) % (V["hiccup_run_s"] + V["hiccup_wait_s"]) < V["hiccup_run_s"]:
                     gpu_work(prepare(), matmuls)
