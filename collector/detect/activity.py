@@ -59,7 +59,17 @@ from collections.abc import Sequence
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.launch import copying, hung
-from collector.detect.level import CUSUM_H, CUSUM_WINDOW, DUTY_MEAN, IDLE, PLATEAU, YOUNG_DEEP, ZERO, ActivityLevel
+from collector.detect.level import (
+    CUSUM_H,
+    CUSUM_WINDOW,
+    DUTY_MEAN,
+    DUTY_S,
+    IDLE,
+    PLATEAU,
+    YOUNG_DEEP,
+    ZERO,
+    ActivityLevel,
+)
 from collector.detect.state import GpuState
 from telemetry.keys import SM_ACTIVE
 
@@ -84,6 +94,7 @@ _CPU_STARVED = ("contention", "throttled")
 _YOUNG_S = 60.0  # a level not yet established: its highest block of this long ago is where it fell from
 _NEW_CAUSE_S = 20.0  # a reported fall's host evidence is weighed again over this window for a new cause ...
 _NEW_CAUSE_HOLD_S = 10.0  # ... which must name the same new cause this long
+_DUTY_BACK_S = (60.0, 45.0, DUTY_S + 2.0)  # how far back a lone GPU's bursts between waits are looked for
 
 
 def _median(values: list[float]) -> float:
@@ -154,6 +165,20 @@ def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
     return False
 
 
+def _duty_since(lv: ActivityLevel, ts: float, ref: float) -> float | None:
+    """Since when (the earliest of the last minute, 45 s or 32 s) a lone GPU's samples came as bursts
+    at its level between idle waits (``ActivityLevel.duty_cycled``); None if they did not. Why: a
+    job whose input cannot keep up reads so whatever else its history says, and a young job's
+    history says little. The real H200 trace s: an unreported drift and an evaluation had cost
+    the job its plateau hints, so it was judged as a job of unknown kind (only a step counts),
+    and each of its loader's waits opened a step that the next burst ended. A lone GPU without
+    a level of its own is judged so already (``_young``); one with a level is no different."""
+    for back in _DUTY_BACK_S:
+        if lv.duty_cycled(ts - back, ts, ref):
+            return ts - back
+    return None
+
+
 def _new_cause(st: GpuState, ts: float) -> bool:
     """Whether a reported fall that the host named (contention, one busy thread, input) has a new
     host-side cause since some seconds: the host readings of the last ``_NEW_CAUSE_S`` name a
@@ -201,6 +226,11 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
         if found is not None and found.host_side:
             lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since, fallen=cfg.drop_ratio)
             return True
+        if lone and (found is None or found.cause != "demand") and not st.evidence.serves():
+            waited = _duty_since(lv, ts, ref)
+            if waited is not None:
+                lv.start_episode(waited, ref, "steady", True, lead=ts - waited, waits=True, fallen=cfg.drop_ratio)
+                return True
     if mode == "steady":
         return False
     if lv.cusum < CUSUM_H or not lv.cusum_n:
