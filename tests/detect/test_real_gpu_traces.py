@@ -368,4 +368,4 @@ def test_trace_s_held_out_three_of_five_now_four_its_drift_missed() -> None:
     plateau hints (judged as a job of unknown kind, against an anchor the drift had pulled down).
     Since the fifteenth session a lone job's bursts between waits are judged as a job waiting for
     its input whatever its kind (``activity._duty_since``): the loader is found (docs/gpu-validation.md)."""
-    _scored("s", ["drift"])
+    _scored("s", [])
