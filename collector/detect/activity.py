@@ -218,10 +218,7 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
         # judged from when it left the plateau (the evidence needs some seconds of readings to tell)
         if mode == "steady":
             abrupt = lv.high_within(ts, _ABRUPT_S) >= PLATEAU * ref
-            # a drift is timed from when its blocks went below the ratio: the fast mean that says so
-            # lags them by several seconds on a slow fall (the real H200 trace s's drift crossed 8 s
-            # before its fast mean did, and its phase ended 4 s before the hold so counted)
-            since = lv.left_plateau(ref, ts, _ABRUPT_S, PLATEAU if abrupt else cfg.drop_ratio)
+            since = lv.left_plateau(ref, ts, _ABRUPT_S) if abrupt else ts
             lv.start_episode(since, ref, "steady", abrupt, lead=ts - since, fallen=cfg.drop_ratio)
             return True
         since = lv.left_plateau(ref, ts, _STEP_S)

@@ -367,11 +367,11 @@ class ActivityLevel:
             return self.plateau_blocks > 0 and fast < DUTY_MEAN * self.recent_max
         return fast < drop_ratio * self.level or fast < step_ratio * 1.25 * self.recent_max
 
-    def left_plateau(self, ref: float, ts: float, within: float, share: float = PLATEAU) -> float:
+    def left_plateau(self, ref: float, ts: float, within: float) -> float:
         """When activity last left ``ref``'s plateau: the end of the latest block at or above
-        ``share`` of it (``PLATEAU``) in the last ``within`` seconds (``ts - within`` if none was).
-        A fall is judged from there, not from when the evidence of its cause came in."""
-        floor = share * ref
+        ``PLATEAU`` of it in the last ``within`` seconds (``ts - within`` if none was). A fall is
+        judged from there, not from when the evidence of its cause came in."""
+        floor = PLATEAU * ref
         for end, mean in reversed(self.recent):
             if ts - end > within:
                 break
