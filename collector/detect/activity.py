@@ -290,45 +290,23 @@ def _rose_with(p: GpuState, since: float, ts: float) -> float:
     return now - before - 3.0 * 0.45 * lv.jitter / 1.128
 
 
-def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> str | None:
-    """How a peer's activity changed at about the moment ``since``, beyond its noise: ``fell`` (it
-    lost a share of the load with this one), or, where ``joins`` says a join can explain the step
-    at all, ``join`` (a replica that joined just before, beginning to serve: its activity rising
-    from its loading); None if neither."""
+def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> bool:
+    """Whether a peer's activity changed at about the moment ``since``, beyond its noise: one
+    that lost a share of the load with this one (falling), or, where ``joins`` says a join can
+    explain the step at all, a replica that joined just before beginning to serve (its activity
+    rising from its loading)."""
     lv = p.level
     before = lv.mean_between(since - _STEP_S, since - 5.0)
     if before < 0:
-        # it was starting up: a join at this very moment
-        return "join" if joins and p.pids_since <= since + _LOCATE_S else None
+        return joins and p.pids_since <= since + _LOCATE_S  # it was starting up: a join at this very moment
     after = lv.mean_between(since, ts)
     if after < 0:
-        return None
+        return False
     noise = max(0.01, lv.jitter / 1.128 / 2.0)  # a 5-second block's scatter, from the samples'
     change = after - before
     if -change >= max(0.15 * before, 3.0 * noise):
-        return "fell"
-    if joins and p.pids_since >= since - _CHANGE_WINDOW_S and change >= max(0.02, 3.0 * noise):
-        return "join"
-    return None
-
-
-def _shared_anew(lv: ActivityLevel, ts: float, svc_peers: Sequence[GpuState], joins: bool) -> GpuState | None:
-    """The peer that shows the service's load was shared out anew at the step (None: none does): a
-    replica that joined and began to serve at that moment, or, when half the other replicas fell
-    with this one, one of those. Why not any one peer that fell: each replica
-    follows its own demand (out of phase), so among several one falls by 15% at almost any moment,
-    and that explained away a third of the held-out suite's capacity steps (701-703) that came
-    within three minutes of an autoscaling event; a load shared with newcomers leaves every old
-    replica, not one of them, with less."""
-    since = lv.ep_start
-    fell: list[GpuState] = []
-    for p in svc_peers:
-        how = _moved_with(p, since, ts, joins)
-        if how == "join":
-            return p
-        if how == "fell":
-            fell.append(p)
-    return fell[0] if fell and 2 * len(fell) >= len(svc_peers) else None
+        return True
+    return joins and p.pids_since >= since - _CHANGE_WINDOW_S and change >= max(0.02, 3.0 * noise)
 
 
 def _join_can_explain(lv: ActivityLevel, lost: float, svc_peers: Sequence[GpuState]) -> bool:
@@ -364,7 +342,7 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
         # read from the peers' blocks around the step's start, so it holds for a step confirmed late (a
         # noisy replica's CUSUM took 75 s to confirm a step that a join on its node had made)
         joins = _join_can_explain(lv, lost, svc_peers)
-        moved = _shared_anew(lv, ts, svc_peers, joins)
+        moved = next((p for p in svc_peers if _moved_with(p, lv.ep_start, ts, joins)), None)
         if moved is not None:
             return (f"the service's replicas changed just before and {moved.where()} moved at the same moment "
                     f"(the load was shared out anew: autoscaling or a rollout)")
