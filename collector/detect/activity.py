@@ -172,7 +172,8 @@ def _duty_since(lv: ActivityLevel, ts: float, ref: float) -> float | None:
     history says little. The real H200 trace s: an unreported drift and an evaluation had cost
     the job its plateau hints, so it was judged as a job of unknown kind (only a step counts),
     and each of its loader's waits opened a step that the next burst ended. A lone GPU without
-    a level of its own is judged so already (``_young``); one with a level is no different."""
+    a level of its own is judged so already (``_young``); one with a level is no different, while
+    its kind is not known: one seen moving with its demand (``step``) bursts with its requests."""
     for back in _DUTY_BACK_S:
         if lv.duty_cycled(ts - back, ts, ref):
             return ts - back
@@ -226,7 +227,7 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
         if found is not None and found.host_side:
             lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since, fallen=cfg.drop_ratio)
             return True
-        if lone and (found is None or found.cause != "demand") and not st.evidence.serves():
+        if mode == "unsure" and lone and (found is None or found.cause != "demand") and not st.evidence.serves():
             waited = _duty_since(lv, ts, ref)
             if waited is not None:
                 lv.start_episode(waited, ref, "steady", True, lead=ts - waited, waits=True, fallen=cfg.drop_ratio)
