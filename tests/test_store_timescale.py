@@ -249,6 +249,22 @@ def test_a_database_with_samples_keeps_its_types_and_the_migration_says_why(
     assert "docs/deploy.md" in warned[0]
 
 
+def test_the_one_hour_rollups_get_30_day_chunks(pglite_dsn: str) -> None:
+    """Migration 0092: the 1-hour rollups' materialization hypertables make 30-day chunks (full
+    compressed batches); the 1-minute ones keep TimescaleDB's default (ten times the raw chunks)."""
+
+    async def body(store: Store) -> dict[str, timedelta]:
+        rows = await store.pool.fetch(
+            "SELECT c.view_name, d.time_interval FROM timescaledb_information.continuous_aggregates c"
+            " JOIN timescaledb_information.dimensions d ON d.hypertable_name = c.materialization_hypertable_name")
+        return {r["view_name"]: r["time_interval"] for r in rows}
+
+    out = with_store(pglite_dsn, body)
+    assert {v for v, i in out.items() if i == timedelta(days=30)} == {
+        "gpu_samples_1h_v1", "gpu_samples_1h_v2", "gpu_samples_1h_host", "gpu_samples_1h_0061"}
+    assert {i for v, i in out.items() if "_1m" in v} == {timedelta(days=2, hours=12)}
+
+
 def test_writes_and_date_bin_queries(pglite_dsn: str) -> None:
     series = hand_made_series(GPU_T, T0)
     util = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]
