@@ -361,7 +361,7 @@ def real_values_sql(columns: Sequence[MetricColumn] = REAL_COLUMNS) -> str:
         "how to convert it by hand (decompress, alter, rebuild the rollups, recompress)';\n"
         "        RETURN;\n    END IF;\n"
         f"{drops}"
-        "    PERFORM remove_compression_policy('gpu_samples');\n"
+        "    PERFORM remove_compression_policy('gpu_samples', if_exists => true);\n"
         "    ALTER TABLE gpu_samples SET (timescaledb.compress = false);\n"
         f"    ALTER TABLE gpu_samples\n        {alter};\n"
         "    -- compression as migration 0002 set it\n"

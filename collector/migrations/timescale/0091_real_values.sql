@@ -55,7 +55,7 @@ BEGIN
     DROP MATERIALIZED VIEW process_samples_1m;
     DROP TABLE rollup_cutover;
     DROP TABLE rollup_pending;
-    PERFORM remove_compression_policy('gpu_samples');
+    PERFORM remove_compression_policy('gpu_samples', if_exists => true);
     ALTER TABLE gpu_samples SET (timescaledb.compress = false);
     ALTER TABLE gpu_samples
         ALTER COLUMN dcgm_fi_dev_power_usage TYPE real,
