@@ -210,6 +210,10 @@ def add_metrics_sql(profile: str, columns: Sequence[MetricColumn], name: str = "
     raw hypertable, a pair of continuous aggregates for the new columns, and the rollup views
     redefined to join those of every added migration before ``name`` (of :data:`GENERATED`, their
     columns from ``catalog``) and this one's (see the module's docstring for why).
+
+    The raw columns get ``sql_type`` on both profiles, not the ``real`` that migration 0091 gives a
+    new TimescaleDB database (``timescale_type``): a metric added with a ceiling needs that decided
+    in its migration, and tests/test_store_timescale.py's column test fails until it is.
     """
     keys = ", ".join(c.key for c in columns)
     raw = LIST_BLOCKS["sample_columns_add"](columns)
