@@ -52,6 +52,10 @@ Then (the DSN's database is only used to create and drop the benchmark's own, ``
 
     python benchmarks/bench_timescale_compression.py --dsn postgresql://postgres@127.0.0.1:55432/postgres \
         --gpus 32 --days 2.5 --workers 2 --json docs/bench-runs/timescale-compression-2026-12-04.json
+
+Before and after migrations 0091/0092 (docs/benchmarks.md, "30-day chunks for the 1-hour rollups and
+`real` metric columns"): ``--gpus 16 --days 2 --history-days 730 --skip-value-types --version 2.23.1``,
+once on a checkout of the older migrations and once on the newer.
 """
 
 from __future__ import annotations
