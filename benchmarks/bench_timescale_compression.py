@@ -11,6 +11,13 @@ generated fleet data at 1 Hz written through the collector's own store (``Store.
 * the continuous aggregates (rollups, compressed by migration 0090): bytes per GPU per day
   before and after compression, and what 90 days of 1-minute rollups cost per GPU against
   14 days of compressed raw samples;
+* per table (raw, each 1-minute and each 1-hour rollup): rows, rows per compressed batch, bytes
+  per row before and after compression, and after compression per GPU-day and per 1 Hz GPU-sample
+  (a 1-minute row stands for 60 of them, a 1-hour row for 3,600);
+* with ``--history-days``: the 1-hour rollups' rows copied back in time (shifted by whole multiples
+  of the loaded window, so their values are the loaded ones) to fill that many days before the
+  window, through their materialization hypertables, so their chunks are as full as two years of
+  history make them (a 1-hour chunk of 30 days holds 720 rows per GPU, more than a 3-day load gives);
 * value types (an investigation, the schema is not changed): the float columns of the raw
   samples and of the 1-minute rollup copied into side tables as shipped (double precision),
   as ``real``, and as scaled integers at the catalog's resolution (telemetry/catalog.py),
@@ -45,6 +52,10 @@ Then (the DSN's database is only used to create and drop the benchmark's own, ``
 
     python benchmarks/bench_timescale_compression.py --dsn postgresql://postgres@127.0.0.1:55432/postgres \
         --gpus 32 --days 2.5 --workers 2 --json docs/bench-runs/timescale-compression-2026-12-04.json
+
+Before and after migrations 0091/0092 (docs/benchmarks.md, "30-day chunks for the 1-hour rollups and
+`real` metric columns"): ``--gpus 16 --days 2 --history-days 730 --skip-value-types --version 2.23.1``,
+once on a checkout of the older migrations and once on the newer.
 """
 
 from __future__ import annotations
@@ -247,6 +258,30 @@ async def _compress_rest(conn: Any, rel: str) -> int:
     return len(rows)
 
 
+async def _history(conn: Any, mats: Sequence[str], lo: datetime, hi: datetime, days: float) -> dict[str, Any]:
+    """Copy the 1-hour rollups' rows of [lo, hi) back in time, ``days`` before ``lo``, in whole windows.
+
+    Why: a 1-hour row per GPU per hour fills a 30-day chunk only with 30 days of history, which a
+    1 Hz load of a few days cannot give; copies of the loaded hours (their own values, shifted by
+    multiples of the window) fill the chunks the way the rollup's own history would."""
+    window = hi - lo
+    copies = math.ceil(days * 86400 / window.total_seconds()) if days > 0 else 0
+    rows = {}
+    for mat in mats:
+        cols = [str(r["attname"]) for r in await conn.fetch(
+            "SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped"
+            " ORDER BY attnum", mat)]
+        others = ", ".join(f'"{c}"' for c in cols if c != "bucket")
+        n = 0
+        for k in range(1, copies + 1):
+            status = await conn.execute(
+                f'INSERT INTO {mat} (bucket, {others}) SELECT bucket - $1::interval, {others} FROM {mat}'
+                " WHERE bucket >= $2 AND bucket < $3", window * k, lo, hi)
+            n += int(status.split()[-1])
+        rows[mat] = n
+    return {"days": days, "copies": copies, "window_hours": window.total_seconds() / 3600, "rows_added": rows}
+
+
 # --------------------------------------------------------------------------------------
 # value types
 # --------------------------------------------------------------------------------------
@@ -374,6 +409,12 @@ async def _prepare(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await admin.close()
     dsn = _db_dsn(args.dsn, args.db_name)
+    if args.version:  # else Store.open creates the server's default version
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(f"CREATE EXTENSION timescaledb VERSION '{args.version}'")
+        finally:
+            await conn.close()
     attempts: list[str] = []
     while True:  # a fresh schema's migrations can deadlock with the policy jobs they start (reported)
         try:
@@ -412,8 +453,9 @@ async def _measure(dsn: str, start: datetime, end: datetime, gpus: int, args: ar
             await conn.execute("CALL refresh_continuous_aggregate($1::regclass, $2::timestamptz, $3::timestamptz)",
                                view, lo, hi)
             refresh_s[view] = round(time.perf_counter() - t1, 1)
-        await conn.execute("VACUUM ANALYZE")
         mats = await _mat_tables(conn)
+        history = await _history(conn, [mats[v] for v in ROLLUPS_1H], lo, hi, args.history_days)
+        await conn.execute("VACUUM ANALYZE")
         tables = {**{r: r for r in RAW}, **{v: mats[v] for v in ROLLUPS}}
         counts = {name: int(await conn.fetchval(f"SELECT count(*) FROM {rel}")) for name, rel in tables.items()}
         before = await _sizes(conn, tables)
@@ -436,6 +478,12 @@ async def _measure(dsn: str, start: datetime, end: datetime, gpus: int, args: ar
             stats[name] = {k: (int(v) if isinstance(v, int) else v) for k, v in dict(row).items()} if row else None
         columns = {r: await _column_bytes(conn, r) for r in RAW}
         columns_1m = await _column_bytes(conn, mats["gpu_samples_1m_v2"])
+        batches = {name: (columns[rel] if rel in columns else await _column_bytes(conn, rel))["batches"]
+                   for name, rel in tables.items()}
+        intervals = {name: str(await conn.fetchval(
+            "SELECT time_interval::text FROM timescaledb_information.dimensions"
+            " WHERE format('%I.%I', hypertable_schema, hypertable_name)::regclass = $1::regclass", rel))
+            for name, rel in tables.items()}
         # value types: one 6-hour window of raw samples (a whole raw chunk of every GPU), the whole 1m rollup
         w0 = datetime.fromtimestamp(math.ceil(start.timestamp() / 21600) * 21600, UTC)
         value_types = await _value_types(conn, (w0, w0 + timedelta(hours=6)), mats["gpu_samples_1m_v2"]) \
@@ -453,8 +501,9 @@ async def _measure(dsn: str, start: datetime, end: datetime, gpus: int, args: ar
 
     raw_before, raw_after = total(before, RAW), total(after, RAW)
     gs_before, gs_after = before["gpu_samples"]["total_bytes"], after["gpu_samples"]["total_bytes"]
-    per_gpu_day = {name: {"before": before[name]["total_bytes"] / gpus / days,
-                          "after": after[name]["total_bytes"] / gpus / days,
+    span = {name: days + (args.history_days if name in ROLLUPS_1H else 0) for name in tables}
+    per_gpu_day = {name: {"before": before[name]["total_bytes"] / gpus / span[name],
+                          "after": after[name]["total_bytes"] / gpus / span[name],
                           "ratio": before[name]["total_bytes"] / max(1, after[name]["total_bytes"])}
                    for name in tables}
     r1m_before = sum(per_gpu_day[v]["before"] for v in ROLLUPS_1M)
@@ -468,7 +517,22 @@ async def _measure(dsn: str, start: datetime, end: datetime, gpus: int, args: ar
                       "bytes_per_value": col_bytes.get(c, 0) / non_null[c] if non_null.get(c) else None}
                   for c in ["ts", "gpu", "node", *metric_cols, "extra"] if c in col_bytes or c in non_null}
     meta = {c: b for c, b in col_bytes.items() if c.startswith("_ts_meta")}
+    per_table = {}
+    for name in tables:
+        rows = max(1, counts[name])
+        # how many 1 Hz GPU-samples one row stands for: a raw row 1, a 1-minute row 60, a 1-hour row 3,600
+        stands_for = 1 if name in RAW else 60 if name in ROLLUPS_1M else 3600
+        per_table[name] = {
+            "rows": counts[name], "chunk_interval": intervals[name], "chunks": chunks_by_policy[name][0],
+            "batches": batches[name], "rows_per_batch": counts[name] / batches[name] if batches[name] else None,
+            "bytes_before": before[name]["total_bytes"], "bytes_after": after[name]["total_bytes"],
+            "bytes_per_row_before": before[name]["total_bytes"] / rows,
+            "bytes_per_row_after": after[name]["total_bytes"] / rows,
+            "ratio": before[name]["total_bytes"] / max(1, after[name]["total_bytes"]),
+            "bytes_per_1hz_gpu_sample_after": after[name]["total_bytes"] / rows / stands_for,
+        }
     return {
+        "history": history, "per_table": per_table,
         "rows": counts, "refresh_seconds": refresh_s, "policies": policies, "policy_seconds": policy_s,
         "chunks_before": chunks_before, "chunks_after_policies": chunks_by_policy, "compressed_by_hand": by_hand,
         "sizes_before": before, "sizes_after": after, "compression_stats": stats,
@@ -545,6 +609,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="loader processes")
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--skip-value-types", action="store_true")
+    ap.add_argument("--history-days", type=float, default=0.0,
+                    help="fill the 1-hour rollups this many days back with copies of the loaded window's hours")
+    ap.add_argument("--version", help="create the timescaledb extension at this version (default: the server's)")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark's database afterwards")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

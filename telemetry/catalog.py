@@ -31,6 +31,12 @@ percent and GPM bandwidths in MiB/s), so the agent's readers (:mod:`agent.reader
 :mod:`agent.gpm`) hold no unit of their own. A divisor rather than a factor because
 ``mW / 1000`` is exact where ``mW * 0.001`` is not.
 
+``largest`` is the largest value the metric takes on any GPU or node the agent supports, where
+there is such a bound and the unit is not a share (a share's is its full scale): 4 kW for watts,
+4,096 cores for a node's CPU. It is None where nothing bounds the value (counters, bytes/s,
+requests/s, seconds). With the resolution it tells the store whether a 32-bit float keeps every
+value (:func:`collector.store.schema.metric_column`).
+
 ``rollup`` is how the store folds a bucket of samples into one rollup value: ``avg`` for a
 gauge, ``max`` for a counter (it only grows, so the largest is the latest) and for the
 last-XID gauge (the worst code), ``bit_or`` for a bitmask (every reason seen). ``keep_max``
@@ -66,6 +72,7 @@ class Metric:
     nvml_divisor: float = 1.0
     rollup: RollupFn = "avg"
     keep_max: bool = False
+    largest: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "counter" and self.rollup != "max":
@@ -87,6 +94,11 @@ class Metric:
         return _FULL_SCALE.get(self.unit)
 
     @property
+    def ceiling(self) -> float | None:
+        """The largest value the metric takes: ``largest``, or a share's full scale; None: unbounded."""
+        return self.largest if self.largest is not None else self.full_scale
+
+    @property
     def is_profiling(self) -> bool:
         """DCGM_FI_PROF_* metrics exist only where GPM does (Hopper and newer)."""
         return self.key.startswith("DCGM_FI_PROF_")
@@ -99,6 +111,8 @@ _PERCENT: Final = 100.0  # percent -> ratio
 _BYTES_PER_MIB: Final = float(1 << 20)  # bytes -> MiB
 _MIB_PER_BYTE: Final = 1.0 / (1 << 20)  # MiB/s -> B/s (exact: a power of two)
 _CORES: Final = 0.001  # host CPU in cores: a thousandth of a core
+_MOST_WATTS: Final = 4000.0  # no GPU board draws or is limited to 4 kW (B300: 1.4 kW)
+_MOST_CORES: Final = 4096.0  # no node has 4,096 CPUs (two 192-core sockets with SMT: 768)
 _G: MetricKind = "gauge"
 _C: MetricKind = "counter"
 
@@ -121,7 +135,7 @@ CATALOG: tuple[Metric, ...] = (
     ),
     Metric(
         k.POWER_USAGE, 155, "W", _G, "Power draw (in W).", "power", "fast", 0.001,
-        nvml_divisor=_MILLI, keep_max=True,
+        nvml_divisor=_MILLI, keep_max=True, largest=_MOST_WATTS,
     ),
     Metric(
         k.TOTAL_ENERGY_CONSUMPTION, 156, "mJ", _C,
@@ -156,6 +170,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         k.POWER_MGMT_LIMIT, 160, "W", _G,
         "Current power limit for the device (in W).", "power_limit", "fast", 0.001, nvml_divisor=_MILLI,
+        largest=_MOST_WATTS,
     ),
     Metric(
         k.GR_ENGINE_ACTIVE, 1001, "ratio", _G,
@@ -214,7 +229,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         k.PROCESS_CPU_CORES, 60001, "cores", _G,
         "CPU time (user+system, all threads) of the GPU's processes per second of wall time (in cores).",
-        "proc", "host", _CORES,
+        "proc", "host", _CORES, largest=_MOST_CORES,
     ),
     Metric(
         k.PROCESS_BUSIEST_THREAD_RATIO, 60002, "ratio", _G,
@@ -224,7 +239,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         k.PROCESS_RUNQUEUE_WAIT_CORES, 60003, "cores", _G,
         "Time the threads of the GPU's processes were runnable but waited for a CPU, per second (in cores; "
-        "schedstat); CPU starvation.", "proc", "host", _CORES,
+        "schedstat); CPU starvation.", "proc", "host", _CORES, largest=_MOST_CORES,
     ),
     Metric(
         k.PROCESS_BLOCKED_THREADS, 60004, "threads", _G,
@@ -239,11 +254,12 @@ CATALOG: tuple[Metric, ...] = (
     Metric(
         k.CONTAINER_CPU_USAGE_CORES, 60006, "cores", _G,
         "CPU used by the containers (cgroups) of the GPU's processes per second (in cores).", "cgroup", "host", _CORES,
+        largest=_MOST_CORES,
     ),
     Metric(
         k.CONTAINER_CPU_LIMIT_CORES, 60007, "cores", _G,
         "CPU limit of the containers of the GPU's processes: CFS quota / period (in cores); absent when unlimited.",
-        "cgroup", "host", _CORES,
+        "cgroup", "host", _CORES, largest=_MOST_CORES,
     ),
     Metric(
         k.CONTAINER_CPU_THROTTLED_RATIO, 60008, "ratio", _G,

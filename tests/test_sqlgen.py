@@ -34,6 +34,36 @@ def test_every_catalog_metric_has_columns_in_a_migration() -> None:
     assert {c.key for g in sqlgen.GENERATED for c in sqlgen.columns_through(g.through)} == set(schema.BY_KEY)
 
 
+def test_a_real_column_gives_back_every_value_at_its_resolution_and_the_others_could_not() -> None:
+    """Migration 0091's rule (schema.single_precision_keeps): each ``real`` column's values, at its
+    resolution up to its ceiling, come back from a 32-bit float rounded to the resolution; a float
+    metric left double has no ceiling, and integers (counters past 2**24) stay bigint."""
+    import struct
+
+    from telemetry.catalog import BY_KEY as METRICS
+
+    def via_real(v: float) -> float:
+        return float(struct.unpack("f", struct.pack("f", v))[0])
+
+    real = {c.key for c in schema.REAL_COLUMNS}
+    for key in real:
+        m = METRICS[key]
+        assert m.ceiling is not None
+        r, top = m.resolution, m.ceiling
+        for v in (r, 0.1234, top / 3, top - r, top):
+            q = round(v / r) * r
+            assert abs(via_real(q) - q) < r / 2, (key, q)
+    for c in schema.METRIC_COLUMNS:
+        if c.key not in real:
+            assert c.timescale_type == c.sql_type
+            assert c.sql_type == "bigint" or METRICS[c.key].ceiling is None, c.key
+    assert {"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_POWER_USAGE"} <= real
+    assert not {"DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"} & real
+    sql = sqlgen.REAL_VALUES.read_text()
+    assert {line.split()[2] for line in sql.splitlines() if "TYPE real" in line} == {c.name for c in
+                                                                                     schema.REAL_COLUMNS}
+
+
 def test_the_hand_wrapped_v1_view_lists_of_0050_equal_the_catalog() -> None:
     """The one metric list left as text in a template (its line breaks are not any wrapper's):
     the same columns, in the same order, as the generator gives."""

@@ -22,6 +22,7 @@ data persists across the module's tests, which use distinct GPU ids.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import threading
@@ -36,6 +37,7 @@ from collector.store import ProfileMismatch, Store, WriteResult
 from collector.store import schema as S
 from collector.store.migrate import load_migrations
 from telemetry.catalog import CATALOG
+from telemetry.keys import INFERENCE_KV_CACHE_RATIO
 from tests.test_store_plain import T0, column_types, hand_made_series, record, run
 
 T = TypeVar("T")
@@ -195,12 +197,72 @@ def test_columns_equal_the_catalog_and_the_plain_profile(pglite_dsn: str) -> Non
                 "gpu_samples": S.SAMPLE_COLUMNS, "process_samples": S.PROCESS_COLUMNS}}
 
     tables = with_store(pglite_dsn, body)
-    expected = {m.key.lower(): ("bigint" if m.resolution == 0 else "double precision") for m in CATALOG}
+    # a new database (migration 0091): real where a 32-bit float keeps the catalog's resolution up to the ceiling
+    real = {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+            "DCGM_FI_PROF_PIPE_FP16_ACTIVE", INFERENCE_KV_CACHE_RATIO,
+            *(m.key for m in CATALOG if m.cost == "host" and m.resolution)}
+    expected = {m.key.lower(): ("bigint" if m.resolution == 0 else "real" if m.key in real else "double precision")
+                for m in CATALOG}
     assert {k: v for k, v in tables["gpu_samples"].items() if k not in ("ts", "gpu", "node", "extra")} == expected
-    assert tables["gpu_samples"] == S.SAMPLE_COLUMNS
+    assert tables["gpu_samples"] == S.TIMESCALE_SAMPLE_COLUMNS
     assert tables["process_samples"] == S.PROCESS_COLUMNS
     for name, columns in S.ROLLUP_TABLES.items():
-        assert tables[name] == columns, name
+        want = S.TIMESCALE_GPU_ROLLUP_COLUMNS if columns is S.GPU_ROLLUP_COLUMNS else columns
+        assert tables[name] == want, name
+    # the rollups keep the plain profile's columns but for the peaks of the real metrics
+    assert {k for k, v in S.TIMESCALE_GPU_ROLLUP_COLUMNS.items() if v != S.GPU_ROLLUP_COLUMNS[k]} == {
+        "dcgm_fi_dev_power_usage_max", "gpuwatch_process_busiest_thread_ratio_max",
+        "gpuwatch_container_cpu_throttled_ratio_max", "gpuwatch_node_pressure_cpu_waiting_ratio_max"}
+
+
+def test_a_database_with_samples_keeps_its_types_and_the_migration_says_why(
+        pglite_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Migration 0091 on a database that holds samples (this module's, by now): nothing changes, and
+    its warning is logged, naming the file. Applied again under another version, rolled back."""
+    from collector.store.migrate import Migration, _apply
+
+    (sql,) = [m.sql for m in load_migrations("timescale") if m.name == "real_values"]
+    gpu = "GPU-77777777-0000-4000-8000-0000000000b1"
+
+    async def body(store: Store) -> dict[str, Any]:
+        await store.write([record(gpu, T0, {"DCGM_FI_PROF_SM_ACTIVE": 0.1234})])
+        async with store.pool.acquire() as conn:
+            before = await column_types(conn, "gpu_samples")
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                await _apply(conn, Migration(9091, "real_values_again", "timescale", sql), "timescale")
+                after = await column_types(conn, "gpu_samples")
+                caggs = await conn.fetchval("SELECT count(*) FROM timescaledb_information.continuous_aggregates")
+            finally:
+                await tx.rollback()
+        return {"before": before, "after": after, "caggs": caggs}
+
+    with caplog.at_level("WARNING", logger="collector.store.migrate"):
+        out = with_store(pglite_dsn, body)
+        run(asyncio.sleep(0))  # the listener's call_soon
+    assert out["after"] == out["before"] and out["caggs"] == 9
+    warned = [r.getMessage() for r in caplog.records if "real_values_again" in r.getMessage()]
+    assert len(warned) == 1 and "gpu_samples keeps its double precision" in warned[0], caplog.text
+    assert "docs/deploy.md" in warned[0]
+
+
+def test_the_one_hour_rollups_get_30_day_chunks(pglite_dsn: str) -> None:
+    """Migration 0092: the 1-hour rollups' materialization hypertables make 30-day chunks (full
+    compressed batches); the 1-minute ones keep TimescaleDB's default (ten times the raw chunks)."""
+
+    async def body(store: Store) -> dict[str, timedelta]:
+        rows = await store.pool.fetch(
+            "SELECT c.view_name, d.time_interval FROM timescaledb_information.continuous_aggregates c"
+            " JOIN timescaledb_information.dimensions d ON d.hypertable_name = c.materialization_hypertable_name")
+        return {r["view_name"]: r["time_interval"] for r in rows}
+
+    out = with_store(pglite_dsn, body)
+    assert {v for v, i in out.items() if i == timedelta(days=30)} == {
+        "gpu_samples_1h_v1", "gpu_samples_1h_v2", "gpu_samples_1h_host", "gpu_samples_1h_0061"}
+    assert {i for v, i in out.items() if "_1m" in v} == {timedelta(days=2, hours=12)}
 
 
 def test_writes_and_date_bin_queries(pglite_dsn: str) -> None:

@@ -235,7 +235,23 @@ async def _apply(conn: asyncpg.Connection, migration: Migration, profile: Profil
     own, and the scheduler starts the policies of the earlier ones (a continuous aggregate's refresh)
     while a later one alters the same objects; on a real server (2.23.1) 3 of 11 fresh databases lost
     their first start to such a deadlock. The transaction rolled back whole, so running it again is
-    safe, and by then the job has finished or waits for the migration."""
+    safe, and by then the job has finished or waits for the migration.
+
+    A migration's own ``RAISE WARNING`` (one that chose to leave something as it was, and says why)
+    is logged as a warning naming the file; notices (TimescaleDB's chatter) are not."""
+
+    def warned(_conn: object, message: asyncpg.PostgresLogMessage) -> None:
+        if "WARNING" in (getattr(message, "severity_en", None), getattr(message, "severity", None)):
+            log.warning("migration %s: %s", migration.filename, getattr(message, "message", message))
+
+    conn.add_log_listener(warned)
+    try:
+        await _apply_once(conn, migration, profile)
+    finally:
+        conn.remove_log_listener(warned)
+
+
+async def _apply_once(conn: asyncpg.Connection, migration: Migration, profile: Profile) -> None:
     for attempt in range(1, _DEADLOCK_TRIES + 1):
         try:
             async with conn.transaction():

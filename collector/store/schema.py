@@ -25,7 +25,7 @@ from typing import Final, Literal
 
 from telemetry.catalog import CATALOG, Metric, RollupFn
 
-SqlType = Literal["bigint", "double precision"]
+SqlType = Literal["bigint", "double precision", "real"]
 
 #: date_bin's origin for every bucket; with an explicit UTC offset so the session's
 #: TimeZone cannot shift it. TimescaleDB's time_bucket gives the same minute and hour
@@ -49,6 +49,9 @@ class MetricColumn:
     sql_type: SqlType
     rollup: RollupFn
     keep_max: bool
+    #: the raw hypertable's type on a TimescaleDB database created since migration 0091: ``real``
+    #: where a 32-bit float keeps every value at the metric's resolution, else ``sql_type``
+    timescale_type: SqlType = "double precision"
 
     @property
     def rollup_type(self) -> SqlType:
@@ -65,13 +68,28 @@ class MetricColumn:
         return f"{self.name}_n"
 
 
+def single_precision_keeps(metric: Metric) -> bool:
+    """Whether ``real`` (a 32-bit float, 24-bit significand) keeps every value of ``metric``.
+
+    A value quantised to the resolution ``r`` comes back from ``real`` within half its spacing, which
+    is below ``r`` for every magnitude under ``r * 2**23``; so it keeps every value when the metric's
+    ceiling is below that (ratios at 1e-4 up to 838, watts and cores at 0.001 up to 8,388). Integers
+    stay ``bigint`` (already compact, and counters pass 2**24), and a metric with no ceiling (bytes/s,
+    requests/s, seconds) stays ``double precision``.
+    """
+    ceiling = metric.ceiling
+    return not metric.is_integer and ceiling is not None and ceiling < metric.resolution * 2**23
+
+
 def metric_column(metric: Metric) -> MetricColumn:
+    sql_type: SqlType = "bigint" if metric.is_integer else "double precision"
     return MetricColumn(
         key=metric.key,
         name=metric.key.lower(),
-        sql_type="bigint" if metric.is_integer else "double precision",
+        sql_type=sql_type,
         rollup=metric.rollup,
         keep_max=metric.keep_max,
+        timescale_type="real" if single_precision_keeps(metric) else sql_type,
     )
 
 
@@ -88,6 +106,12 @@ SAMPLE_COLUMNS: Final[dict[str, str]] = {
     **{c.name: c.sql_type for c in METRIC_COLUMNS},
     "extra": "jsonb",
 }
+#: ``gpu_samples`` on a TimescaleDB database created since migration 0091 (an older one keeps
+#: :data:`SAMPLE_COLUMNS`: the migration changes the types only where no samples are stored yet).
+TIMESCALE_SAMPLE_COLUMNS: Final[dict[str, str]] = {
+    **SAMPLE_COLUMNS, **{c.name: c.timescale_type for c in METRIC_COLUMNS}}
+#: the metric columns migration 0091 makes ``real``
+REAL_COLUMNS: Final[tuple[MetricColumn, ...]] = tuple(c for c in METRIC_COLUMNS if c.timescale_type == "real")
 
 PROCESS_COLUMNS: Final[dict[str, str]] = {
     "ts": "timestamp with time zone",
@@ -142,6 +166,11 @@ PROCESS_ROLLUP_COLUMNS: Final[dict[str, str]] = {
     "used_memory_mib": "double precision",
     "used_memory_mib_max": "double precision",
 }
+
+#: ``gpu_samples_1m`` / ``_1h`` on a TimescaleDB database created since migration 0091: the peak of a
+#: ``real`` metric (``<col>_max``, a raw value) is ``real`` too; the averages stay double precision.
+TIMESCALE_GPU_ROLLUP_COLUMNS: Final[dict[str, str]] = {
+    **GPU_ROLLUP_COLUMNS, **{c.max_name: "real" for c in REAL_COLUMNS if c.keep_max}}
 
 ROLLUP_TABLES: Final = {
     "gpu_samples_1m": GPU_ROLLUP_COLUMNS,
