@@ -17,7 +17,8 @@ limit, no ECC, no reset); every incident is caused by what the workload does:
   process alive, its GPU work one kernel spinning on a single thread block, ``torch.cuda._sleep``:
   a collective waiting for a dead peer; ``hang_streams`` > 1: that many at once, each on its own
   stream) -> ``throughput_drop``; ``jitter`` (each step waits a random, exponentially distributed
-  time for its batch) -> ``throughput_drop``; then the process exits (a job stop);
+  time for its batch) -> ``throughput_drop``; ``h2d`` (each step first copies its batch from
+  pageable host memory) -> ``throughput_drop``; then the process exits (a job stop);
 * **tools** (another new process): ``serve`` (requests at a varying rate with a burst: a
   demand-driven phase), ``copy`` (host-to-device copies: copy-bound), ``membound``
   (elementwise passes over 16 GiB: memory-bound), ``launch`` (a loop of tiny kernels, about
@@ -50,7 +51,8 @@ from typing import Any
 SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dry run of the same sequence
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
           "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop",
-          "onethread": "throughput_drop", "hang": "throughput_drop", "jitter": "throughput_drop"}
+          "onethread": "throughput_drop", "hang": "throughput_drop", "jitter": "throughput_drop",
+          "h2d": "throughput_drop"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -270,6 +272,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 24.0), ("copy", 6.0), ("launch", 66.0)),
           "gpu_s": 0.10, "cpu_s": 0.05, "stall_steps": 3.0, "burners": 14, "leak_every_s": 2.0,
           "leak_gib": 0.5, "serve_period_s": 15.0, "launch_batch": 3000, "jitter_steps": 1.5},
+    # "u": the twentieth run, written in the fifteenth session (2026-12-04) before any detector saw it
+    # and scored once when recorded: a new kind of input bottleneck, "h2d" (each step first copies its
+    # 3 GiB batch from pageable host memory: a loader that hands over unpinned tensors, so the copy
+    # runs at pageable speed and the GPU waits on PCIe), then an evaluation, a stall of 2.5 steps'
+    # wait, a leak of 0.6 GiB every 2 s; then a new process serving a 12-s demand wave, a
+    # host-to-device copy (normal, 10 s) and launch-bound work (800 tiny kernels per sync)
+    "u": {"train": (("train", 30.0), ("checkpoint", 8.0), ("train", 20.0), ("h2d", 65.0), ("train", 22.0),
+                    ("eval", 12.0), ("train", 20.0), ("stall", 62.0), ("train", 20.0), ("leak", 32.0)),
+          "tools": (("serve", 24.0), ("copy", 10.0), ("launch", 66.0)),
+          "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.5, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.6, "serve_period_s": 12.0, "launch_batch": 800, "h2d_gib": 3},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -325,6 +338,7 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
     step_s = time.perf_counter() - t0
     kept: list[torch.Tensor] = []
     rng = random.Random(7)
+    staged = torch.empty(int(V.get("h2d_gib", 0) * GIB), dtype=torch.uint8)  # pageable (not pinned)
     tiny = torch.zeros(1, device=dev)
     burners: list[subprocess.Popen[bytes]] = []
     # a hang of several kernels at once (variant r): one stream each; none made for one (q's path)
@@ -353,6 +367,9 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 gpu_work(prepare(), matmuls)
                 grown = min(1.0, (time.time() - began) / (V["drift_ramp_s"] * SCALE))
                 time.sleep(V["drift_steps"] * grown * step_s)
+            elif phase == "h2d":  # the batch arrives as an unpinned host tensor: a pageable copy per step
+                staged.to(dev)
+                gpu_work(prepare(), matmuls)
             elif phase == "jitter":  # each step waits a random time for its batch (mean jitter_steps steps)
                 gpu_work(prepare(), matmuls)
                 time.sleep(rng.expovariate(1.0 / (V["jitter_steps"] * step_s)))
