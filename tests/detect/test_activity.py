@@ -500,6 +500,34 @@ def test_idle_memory_bound_and_copy_bound_phases_are_not_launch_bound() -> None:
     assert run(trace(600, 3, make)) == []
 
 
+def _copies(rx: float, tx: float, seconds: int) -> list[Anomaly]:
+    """A lone training job at 0.9 for ten minutes, then ``seconds`` at 0.25 with PCIe traffic of
+    ``rx`` bytes/s host to device and ``tx`` device to host (landing in device memory: DRAM busy),
+    then back at 0.9."""
+    def make(t: float, g: int) -> GpuRecord:
+        if 600 <= t < 600 + seconds:
+            return record(t, g, sm=0.25, pod="", PROF_PCIE_RX_BYTES=rx, PROF_PCIE_TX_BYTES=tx, PROF_DRAM_ACTIVE=0.2)
+        return record(t, g, sm=0.9, pod="", PROF_PCIE_RX_BYTES=2e7, PROF_PCIE_TX_BYTES=2e7, PROF_DRAM_ACTIVE=0.5)
+    return run(trace(600 + seconds + 120, 1, make))
+
+
+def test_a_job_fed_over_pcie_slower_than_it_computes_is_a_drop() -> None:
+    """Each step first copies its batch from pageable host memory: host-to-device traffic for as
+    long as the fall lasts. A copy was taken for a checkpoint or a weights load, and the fall was
+    judged from when it ended: a job whose input bottleneck is the copy was never reported."""
+    found = _copies(12e9, 1e8, 180)
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 600 < found[0].start - T0 <= 600 + 70
+    assert any("host-to-device copies" in c for c in found[0].causes)
+
+
+def test_a_checkpoint_going_out_and_a_weights_load_coming_in_are_quiet() -> None:
+    """A checkpoint (device to host) of three minutes is judged from when it ends, and a weights
+    load (host to device) of 45 s is shorter than the minute an input copy must last."""
+    assert _copies(1e8, 1.5e9, 180) == []
+    assert _copies(12e9, 1e8, 45) == []
+
+
 def test_a_training_job_whose_gpu_work_hangs_is_a_throughput_drop_not_launch_bound() -> None:
     """A kernel resident all the time on a sliver of the SMs (a collective waiting for a dead peer):
     utilisation pinned at 100% has no launch gaps, so it is not launch-bound work; the job's fall
