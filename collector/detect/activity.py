@@ -149,8 +149,9 @@ def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
     steady job when it is deep and the host names a cause (the real H200 trace i: a stall 20 s into
     a job, 84% down), or when since it left that level the job has worked in bursts at it between
     idle waits for 30 s (``ActivityLevel.duty_cycled``: a job whose input cannot keep up, the real
-    H200 traces j and m, whose host showed no cause: its loader sleeps while it reads). Judged
-    from when it left that level, on the evidence since then."""
+    H200 traces j and m, whose host showed no cause: its loader sleeps while it reads), or when
+    host-to-device copies went on for ``INPUT_COPY_S`` (its input over PCIe). Judged from when it
+    left that level, on the evidence since then."""
     lv = st.level
     if not lone or lv.plateau_blocks == 0 or st.evidence.serves():
         return False
@@ -159,7 +160,10 @@ def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
         return False
     since = lv.left_plateau(ref, ts, _YOUNG_S)
     found = verdict(st, since, ts)
-    if lv.fast < YOUNG_DEEP * ref and found is not None and found.host_side:
+    # its input arriving over PCIe for a minute names a cause as the host's readings do (the real H200
+    # trace u: pageable host-to-device copies 50 s into a job, SM activity 0.035 of 0.43)
+    fed = st.h2d_since >= 0 and ts - st.h2d_since >= INPUT_COPY_S
+    if lv.fast < YOUNG_DEEP * ref and ((found is not None and found.host_side) or fed):
         lv.start_episode(since, ref, "steady", True, lead=ts - since, fallen=fallen)
         return True
     if (found is None or found.cause != "demand") and lv.duty_cycled(since, ts, ref):
@@ -380,10 +384,13 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
     """What makes a low SM activity something other than a slower job, now (None: nothing)."""
     if st.level.idle(st.last_ts):
         return "idle"  # no kernel at all: the idle detector's case
+    if copying(st):
+        # a checkpoint or weights moving over PCIe, or a job's input: copies keep utilisation up with no
+        # SM work (the real H200 trace u: pageable host-to-device copies at 15 GiB/s read utilisation 40%
+        # against SM activity 0.035), so they are no launch-bound phase, as the launch detector says too
+        return "copy"
     if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow and not hung(st, cfg):
         return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
-    if copying(st):
-        return "copy"  # a checkpoint or weights moving over PCIe
     return None
 
 

@@ -379,3 +379,15 @@ def test_trace_t_held_out_five_of_five() -> None:
     63 s), nothing on its 15 normal phases (a 13-s checkpoint, a 25-s evaluation at 0.023, a
     serving wave, a host-to-device copy). docs/gpu-validation.md."""
     _scored("t", [])
+
+
+def test_trace_u_held_out_three_of_four_then_its_pcie_fed_input_found() -> None:
+    """Variant u, written in the fifteenth session before any detector saw it (c34527f) and scored
+    once at its recording with the detectors of ce46171: 3 of 4 (stall 61 s, leak 30 s, launch-bound
+    62 s), nothing on its normal phases (a checkpoint, an evaluation, a serving wave, a 10-s copy).
+    Missed, then looked at: its new incident, each step's batch copied from pageable host memory
+    (15 GiB/s host to device, SM activity 0.035 of 0.43, utilisation 40%) 50 s into the job, was
+    taken for launch-bound work and its level was too young to count. Copies are no launch-bound
+    phase, and a minute of host-to-device copies names a young level's cause: found at 62 s
+    (docs/gpu-validation.md)."""
+    _scored("u", [])
