@@ -106,6 +106,9 @@ def _stored(dsn: str) -> int:
         return 0
 
 
+# three collector processes and a reference run, each starting Python and migrating a database: about a
+# minute on 2 idle cores, over the suite's 120-s default when the machine is busy (its own waits are bounded)
+@pytest.mark.timeout(300)
 def test_a_replica_killed_mid_run_loses_duplicates_and_reopens_nothing(kafka_broker: Any, pg_server: Any,
                                                                       tmp_path: Path, webhook: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
