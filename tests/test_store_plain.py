@@ -622,3 +622,18 @@ def test_ingest_8_gpus_for_10_minutes(pg_db: str) -> None:
     assert (out["1m"], out["1m_samples"], out["1h_samples"]) == (80, 4800, 4800)
     assert out["proc_1m_samples"] == processes
     assert out["null_util"] == 0
+
+
+def test_double_columns_read_back_exactly_through_the_text_the_timescale_profile_reads_real_ones_by(
+        pg_db: str) -> None:
+    """The read queries take a metric that TimescaleDB stores as ``real`` through its text (so it
+    reads as the decimal stored); on the plain profile's double columns that text round-trips
+    exactly, to the last bit (collector.store.schema.read_sql)."""
+    gpu = "GPU-66666666-0000-4000-8000-000000000001"
+    values = {"DCGM_FI_PROF_SM_ACTIVE": 0.1234567890123456, "DCGM_FI_DEV_POWER_USAGE": 312.70000000000005}
+
+    async def body(store: Store) -> Any:
+        await store.write([record(gpu, T0, values)])
+        return [x.metrics for x in await store.latest_per_gpu(list(values)) if x.gpu == gpu]
+
+    assert with_store(pg_db, body) == [values]

@@ -313,6 +313,30 @@ def test_writes_and_date_bin_queries(pglite_dsn: str) -> None:
         (GPU_T, T0 + timedelta(seconds=119), {"DCGM_FI_DEV_GPU_UTIL": 119})]
 
 
+def test_real_columns_read_back_as_the_decimals_stored(pglite_dsn: str) -> None:
+    """A ``real`` column holds 0.1234 as float32's nearest value, which widened to a double reads
+    0.12340000271797180: the API served that. Read through its text, it is 0.1234 again, in the
+    latest values and in a raw series alike (on the plain profile's double columns the same SQL
+    gives the stored double back exactly: tests/test_store_plain.py)."""
+    gpu = "GPU-77777777-0000-4000-8000-0000000000a1"  # its own: the database is the module's
+    sm, power = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_POWER_USAGE"
+
+    async def body(store: Store) -> tuple[Any, Any, str]:
+        await store.write([record(gpu, T0 + timedelta(seconds=i), {sm: 0.1234, power: 312.7}) for i in range(3)])
+        latest = [x.metrics for x in await store.latest_per_gpu([sm, power]) if x.gpu == gpu]
+        series = await store.gpu_series(gpu, [sm, power], T0, T0 + timedelta(seconds=3), timedelta(seconds=1),
+                                        source="raw")
+        from collector.store import gpu_series
+        text = await gpu_series.series_json(store.pool, gpu, [sm], T0, T0 + timedelta(seconds=3),
+                                            timedelta(seconds=1), "raw")
+        return latest, series.values, text
+
+    latest, values, text = with_store(pglite_dsn, body)
+    assert latest == [{sm: 0.1234, power: 312.7}]
+    assert values == {sm: [0.1234] * 3, power: [312.7] * 3}
+    assert "0.1234," in text and "0.12340000" not in text
+
+
 def test_ingest_a_simulated_fleet(pglite_dsn: str) -> None:
     from agent.simulate.trace import generate_trace
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Protocol
 
-from collector.store.schema import BY_KEY, METRIC_COLUMNS, ORIGIN_SQL, MetricColumn, series_aggregate
+from collector.store.schema import BY_KEY, METRIC_COLUMNS, ORIGIN_SQL, MetricColumn, read_sql, series_aggregate
 
 Source = Literal["raw", "1m", "1h"]
 SourceChoice = Literal["auto", "raw", "1m", "1h"]
@@ -123,7 +123,7 @@ async def latest_per_gpu(db: Executor, metrics: Sequence[str] | None = None) -> 
     One index probe per GPU (``gpu_samples (gpu, ts)``, newest first), not a scan.
     """
     cols = list(METRIC_COLUMNS) if metrics is None else _columns(metrics)
-    select = ", ".join(f"s.{c.name}" for c in cols)
+    select = ", ".join(f"{read_sql(c, 's')} AS {c.name}" for c in cols)
     sql = (
         f"SELECT i.gpu, i.node, i.model, s.ts, s.extra, {select}\n"
         "FROM gpu_inventory i\n"

@@ -239,12 +239,21 @@ def process_raw_aggregates() -> list[tuple[str, str]]:
     ]
 
 
+def read_sql(column: MetricColumn, alias: str = "") -> str:
+    """How a raw metric column is read back. A ``real`` one (TimescaleDB, migration 0091) goes through
+    its text, so it reads as the decimal it was stored as (0.1234), not as its float32 value widened to
+    a double (0.12340000271797180); on a double column (the plain profile, an older database) the text
+    round-trips exactly, so the same SQL serves both."""
+    name = f"{alias}.{column.name}" if alias else column.name
+    return f"{name}::text::double precision" if column.timescale_type == "real" else name
+
+
 def series_aggregate(column: MetricColumn, source: Literal["raw", "1m", "1h"]) -> str:
     """The aggregate that re-buckets one metric at a coarser step, from raw rows or a rollup."""
     if source == "raw":
         if column.rollup == "avg":
-            return f"avg({column.name}::double precision)"
-        return f"{column.rollup}({column.name})"
+            return f"avg({read_sql(column)}::double precision)"
+        return f"{column.rollup}({read_sql(column)})"
     if column.rollup == "avg":
         return _weighted_avg(column)
     return f"{column.rollup}({column.name})"
