@@ -507,8 +507,8 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
     if steady:
         causes.insert(0, f"SM activity {fast:.2f} vs working level {ref:.2f} (-{fall:.0f}%)")
         if lv.steady:
-            causes.append(f"a steady workload: on its plateau {lv.plateau_blocks * 5 / 60:.0f} min of the last "
-                          f"{len(lv.blocks) * 5 / 60:.0f} min of work, so a sustained fall is lost throughput")
+            causes.append(f"a steady workload: on its plateau {lv.plateau_s / 60:.0f} min of the last "
+                          f"{len(lv.blocks) * lv.block_s / 60:.0f} min of work, so a sustained fall is lost throughput")
         else:
             causes.append(f"a steady workload: its activity sat on a tight plateau (per-sample variation "
                           f"{lv.noise * 100:.0f}%) since it reached it, so a sustained fall is lost throughput")

@@ -12,6 +12,8 @@ so job starts do not count.
 
 from __future__ import annotations
 
+import itertools
+
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import GpuState
 from telemetry.keys import FB_USED
@@ -69,15 +71,19 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
     for span in (URGENT_S, cfg.leak_window_s, 5 * cfg.leak_window_s):
         urgent = span == URGENT_S
         points = _window(st, ts, span)
-        # (the history keeps a point every EVERY s: a 30-s window holds 25 s of them)
-        if len(points) < 6 or points[-1][0] - points[0][0] < (span - 1.5 * EVERY if urgent else 0.9 * span):
+        # (the history keeps a point every EVERY s, or every sample when the agent samples less often:
+        # a 30-s window holds 25 s of them, and at a 10-s interval 4 points, one a quarter)
+        if len(points) < 4 or points[-1][0] - points[0][0] < (span - 1.5 * EVERY if urgent else 0.9 * span):
             continue
         slope, r2 = _fit(points)
         growth = points[-1][1] - points[0][1]
         if slope <= 0 or r2 < (0.95 if urgent else 0.9) or growth < (2.0 if urgent else 1.0) * cfg.leak_min_mib:
             continue
         q = len(points) // 4
-        steps = [points[(i + 1) * q if i < 3 else -1][1] - points[i * q][1] for i in range(4)]
+        if len(points) >= 5:
+            steps = [points[(i + 1) * q if i < 3 else -1][1] - points[i * q][1] for i in range(4)]
+        else:  # four points (a 10-s interval) are three steps: each must grow
+            steps = [b[1] - a[1] for a, b in itertools.pairwise(points)]
         if min(steps) <= 0.1 * growth / 4:
             continue
         tto = (total - used) / slope

@@ -194,3 +194,16 @@ def test_a_change_reports_a_new_anomaly_and_leaves_the_reported_one_alone() -> N
     assert closed.anomaly.causes == opened.anomaly.causes
     with pytest.raises(FrozenInstanceError):
         closed.anomaly.end = None  # type: ignore[misc]
+
+
+def test_a_fast_leak_is_found_when_the_agent_samples_every_10_s() -> None:
+    """At a 10-s interval a 30-s window holds four points, one a quarter: enough for the fit and the
+    growth in every quarter, where six points were asked before (none ever at 10 s, and at 2 s the
+    history keeps a point every 6 s: five in 30 s, so a 35-s leak on the real traces went unseen)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if int(t) % 10:
+            return None
+        return record(t, g, fb=0.3 * TOTAL + max(0.0, t - 300) * 250.0)  # 250 MiB/s from t=300
+    found = run(trace(420, 1, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-0")]
+    assert 300 < found[0].start - T0 <= 300 + 40
