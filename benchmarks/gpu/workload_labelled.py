@@ -283,6 +283,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 24.0), ("copy", 10.0), ("launch", 66.0)),
           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.5, "burners_per_core": 2, "leak_every_s": 2.0,
           "leak_gib": 0.6, "serve_period_s": 12.0, "launch_batch": 800, "h2d_gib": 3},
+    # "v": the twenty-first run, written in the sixteenth session (2026-12-05) before any detector saw it
+    # and to be scored once when recorded, with the agent sampling every 2 s (GPUWATCH_BUSY_INTERVAL=2,
+    # as its CPU budget may stretch it: each reading a mean over 2 s, not a 1-s reading kept one in two):
+    # an evaluation of 15 s, a stall of 2.8 steps' wait, a 9-s checkpoint, contention from 2 burners per
+    # core, a loader falling behind in bursts (4 s of steps, 3 s of waits), a slower leak (0.3 GiB every
+    # 2 s, for 70 s: out of memory in about 10 minutes, so judged on a minute of growth, not 30 s);
+    # then a new process serving a 14-s demand wave, a memory-bound pass and launch-bound work with
+    # 1,500 tiny kernels per sync
+    "v": {"train": (("train", 30.0), ("eval", 15.0), ("train", 20.0), ("stall", 62.0), ("train", 22.0),
+                    ("checkpoint", 9.0), ("train", 20.0), ("contention", 62.0), ("train", 20.0), ("hiccup", 62.0),
+                    ("train", 20.0), ("leak", 70.0)),
+          "tools": (("serve", 20.0), ("membound", 8.0), ("launch", 66.0)),
+          "gpu_s": 0.07, "cpu_s": 0.06, "stall_steps": 2.8, "burners_per_core": 2, "leak_every_s": 2.0,
+          "leak_gib": 0.3, "serve_period_s": 14.0, "launch_batch": 1500, "hiccup_run_s": 4.0, "hiccup_wait_s": 3.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
