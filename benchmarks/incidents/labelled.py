@@ -54,7 +54,7 @@ def main() -> int:
         _report(out)
         return 0 if out["found"] == len(out["incidents"]) and not out["false"] else 1
     every: dict[str, Any] = {}
-    for trace in sorted(DATA.glob("h200-labelled*.jsonl")):
+    for trace in sorted(DATA.glob("h[12]00-labelled*.jsonl")):
         out = every[trace.stem] = evaluate(trace, trace.with_suffix(".labels.json"), args.interval)
         missed = [i["phase"] for i in out["incidents"] if not i["found"]]
         found = " ".join(f"{i['phase']}:{i['latency_s']:.0f}" for i in out["incidents"] if i["found"])

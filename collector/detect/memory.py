@@ -68,12 +68,19 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
     fb.append((ts, used))
     if used - fb[0][1] < cfg.leak_min_mib:
         return None  # not even the whole history grew enough: the common case, and cheap
+    # the history keeps a point every EVERY s, or every sample when the agent samples less often; the
+    # longer its interval, the more a window may reach back and fall short for a point to land in it
+    # (at 10 s, +-1 s: a 30-s window held 3 points and a 60-s one 53 s of them, so no leak was seen)
+    slack = max(0.0, fb[-1][0] - fb[-2][0] - EVERY) if len(fb) > 1 else 0.0
     for span in (URGENT_S, cfg.leak_window_s, 5 * cfg.leak_window_s):
         urgent = span == URGENT_S
+        # (a 30-s window holds 25 s of points at 1 Hz, and at a 10-s interval 4 points, one a quarter)
+        need = span - 1.5 * EVERY if urgent else 0.9 * span
         points = _window(st, ts, span)
-        # (the history keeps a point every EVERY s, or every sample when the agent samples less often:
-        # a 30-s window holds 25 s of them, and at a 10-s interval 4 points, one a quarter)
-        if len(points) < 4 or points[-1][0] - points[0][0] < (span - 1.5 * EVERY if urgent else 0.9 * span):
+        if slack and (len(points) < 4 or points[-1][0] - points[0][0] < need):
+            points = _window(st, ts, span + slack)  # (only then: a point from before the growth fails its fit)
+            need -= slack
+        if len(points) < 4 or points[-1][0] - points[0][0] < need:
             continue
         slope, r2 = _fit(points)
         growth = points[-1][1] - points[0][1]

@@ -25,11 +25,11 @@ from tests.support.incidents.labelled import evaluate, score
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
 
-def _scored(variant: str, missed: list[str], false: tuple[tuple[str, str], ...] = ()) -> Path:
+def _scored(variant: str, missed: list[str], false: tuple[tuple[str, str], ...] = (), gpu: str = "h200") -> Path:
     """A labelled trace replayed against its labels: no bad line, no anomaly of a kind its phase
     does not expect but the (phase, kind) pairs ``false``, the incidents ``missed`` and no other,
     every drop found within 90 s. Returns the trace's path."""
-    trace = DATA / f"h200-labelled-{variant}.jsonl"
+    trace = DATA / f"{gpu}-labelled-{variant}.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and [(f["phase"], f["kind"]) for f in result["false"]] == list(false)
     assert [i["phase"] for i in result["incidents"] if not i["found"]] == missed
@@ -399,7 +399,7 @@ def _at_interval(interval: float) -> tuple[int, int, list[tuple[str, str]], dict
     found = total = 0
     false: list[tuple[str, str]] = []
     per: dict[str, int] = {}
-    for trace in sorted(DATA.glob("h200-labelled*.jsonl")):
+    for trace in sorted(DATA.glob("h[12]00-labelled*.jsonl")):
         result = evaluate(trace, trace.with_suffix(".labels.json"), interval)
         assert result["bad_lines"] == 0
         found += result["found"]
@@ -413,14 +413,29 @@ def _at_interval(interval: float) -> tuple[int, int, list[tuple[str, str]], dict
 def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> None:
     """The agent stretches its interval under its CPU budget (to 10 s at most) and an operator may set
     a longer one: the detectors must not hold only at the 1 s the traces were recorded at. Re-sampled
-    at 2 s the 21 traces gave 64 of their 91 incidents before a level counted its blocks' real length
-    (``ActivityLevel.block_s``: six 6-s blocks are 36 s of work, not 30) and the leak detector asked
-    for a point per quarter rather than six (at 2 s it keeps one every 6 s: five in 30 s); 79 now,
-    every leak among them. At 5 s: 68, now 71. Nothing on a normal phase at either. What is still
-    missed at 5 s is mostly short phases: a loader's 5-s bursts alias with the samples, and a 65-s
-    launch-bound phase against its 60-s hold (docs/benchmarks.md, "Round 15")."""
+    at 2 s the 21 traces a-u gave 64 of their 91 incidents before a level counted its blocks' real
+    length (``ActivityLevel.block_s``: six 6-s blocks are 36 s of work, not 30) and the leak detector
+    asked for a point per quarter rather than six (at 2 s it keeps one every 6 s: five in 30 s); 79
+    now, every leak among them, and with v (recorded at 2 s) 84 of 96. At 5 s: 68 of 91, now 71; 74
+    of 96 with v, whose leak phase then opens a throughput drop: the job does run slower while it
+    leaks (0.26 against 0.38 before it), judged at 5 s against the level of its first minute (0.46).
+    Nothing else on a normal phase. What is still missed at 5 s is mostly short phases: a loader's
+    5-s bursts alias with the samples, and a 65-s launch-bound phase against its 60-s hold
+    (docs/benchmarks.md, "Round 15")."""
     found, total, false, per = _at_interval(2.0)
-    assert (found, total, false) == (79, 91, [])
-    assert per["leak"] == 21
+    assert (found, total, false) == (84, 96, [])
+    assert per["leak"] == 22
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (71, 91, [])
+    assert (found, total, false) == (74, 96, [("h100-labelled-v", "leak")])
+
+
+def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
+    """Variant v, written in the sixteenth session before any detector saw it (56cefd6) and scored
+    once at its recording: the first trace of an H100 (80 GB HBM3, the machine lent that day), the
+    agent's busy interval 2 s (GPUWATCH_BUSY_INTERVAL=2; it sampled every 0.5-0.8 s while activity
+    changed). 4 of 5 (stall 57 s, contention 61 s, leak 28 s, launch-bound 62 s), nothing on its 15
+    normal phases (an evaluation, a checkpoint, a serving wave, a memory-bound pass). Missed: the
+    loader that falls behind in bursts (4 s of steps at the level, 3 s idle): 0.21 against the
+    0.38 of the training around it, a fall of 45%, its fast mean crossing the 0.6 ratio with every
+    burst. The detectors before this session score it the same (docs/gpu-validation.md)."""
+    _scored("v", ["hiccup"], gpu="h100")
