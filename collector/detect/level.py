@@ -276,9 +276,6 @@ class ActivityLevel:
     def _close(self, ts: float, learn: bool) -> None:
         n = self.b_n
         span = ts - self.b_start
-        if span <= _BLOCK_GAP * BLOCK_S:  # (a longer one spans a gap in the samples, not the interval)
-            # (the first block says it at once: a level is established 30 s into a job, not later)
-            self.block_s += (span - self.block_s) * (_BLOCK_ALPHA if self.recent else 1.0)
         mean = self.b_sum / n
         var = max(0.0, self.b_sq / n - mean * mean) * n / (n - 1) if n > 1 else -1.0
         fb = self.b_fb / self.b_fb_n if self.b_fb_n else -1.0
@@ -302,14 +299,22 @@ class ActivityLevel:
         if mean < IDLE:
             return
         if learn:
-            self._learn(mean, fb, ts, var)
+            self._learn(mean, fb, ts, var, span)
         elif self.ep_ref and 0 <= self.ep_up <= self.b_start and len(self.held) < _HELD_MAX:
             # the GPU is back at work while the fall is still being judged: learned if the fall ends as
             # recovered (the real H200 trace j: a checkpoint's 15 s of recovery were all the training that
             # came before its next fall, and a level of 15 s is no established one)
             self.held.append((mean, fb, ts, var))
 
-    def _learn(self, mean: float, fb: float, ts: float, var: float) -> None:
+    def _learn(self, mean: float, fb: float, ts: float, var: float, span: float = -1.0) -> None:
+        """``span``: the block's length (-1: not known, a block held while a recovery was judged)."""
+        if mean >= PLATEAU * self.level and 0.0 < span <= _BLOCK_GAP * BLOCK_S:
+            # the plateau's blocks alone say how long a block of work lasts: a job starved of CPU starves
+            # the agent beside it too, whose samples then come 10-20 s apart (the real trace r under 3
+            # burners per core), and those blocks would make the plateau's few seconds look long; a
+            # longer one spans a gap in the samples, not the interval (the first says it at once: a
+            # level is established 30 s into a job, not later)
+            self.block_s += (span - self.block_s) * (_BLOCK_ALPHA if self.blocks else 1.0)
         if var >= 0 and mean >= PLATEAU * self.level:
             noises = self.noises
             noises.append(math.sqrt(var) / mean)

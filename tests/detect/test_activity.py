@@ -594,3 +594,19 @@ def test_a_level_is_established_by_30_s_of_work_whatever_the_sampling_interval(e
         assert t < 100
     assert 30.0 <= t - 10.0 - every <= 30.0 + 2 * every  # 30 s of work, one block's close later at most
     assert lv.block_s == pytest.approx(5.0 if every < 2 else 6.0 if every == 2 else 5.0, abs=0.5)
+
+
+def test_blocks_of_a_starved_agent_off_the_plateau_do_not_lengthen_the_plateau() -> None:
+    """A job starved of CPU starves the agent beside it: its samples came 10-20 s apart in the real
+    trace r's contention. Those blocks are no measure of how long the plateau's blocks were: 24 s of
+    work stays short of an established level (30 s) however long the starved blocks after it are."""
+    lv = ActivityLevel(0.0)
+    t = 10.0
+    while t < 34.0:
+        lv.update(t, 0.5, 1000.0, learn=True)
+        t += 2.0
+    while t < 120.0:
+        lv.update(t, 0.02, 1000.0, learn=True)
+        t += 12.0
+    assert lv.plateau_blocks == 4 and not lv.established
+    assert lv.block_s == pytest.approx(6.0, abs=0.5)
