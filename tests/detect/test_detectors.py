@@ -209,3 +209,17 @@ def test_a_fast_leak_is_found_when_the_agent_samples_every_10_s(every: float) ->
     found = run(samples)
     assert kinds(found) == [("memory_leak", "GPU-n0-0")]
     assert 300 < found[0].start - T0 <= 300 + 45
+
+
+def test_a_leak_that_fills_the_gpu_within_half_an_hour_is_judged_on_30_s_and_a_short_ramp_is_not_one() -> None:
+    """A leak that would run the GPU out of memory within 30 minutes (a critical one) is judged on 30 s
+    of growth: 40 MiB/s with about 56 GiB free (24 min) was found after 45-60 s when only a leak of
+    10 minutes or less was. A ramp that stops after 25 s (weights loaded into a running server) is no
+    leak."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0:
+            return record(t, g, fb=0.5 * TOTAL + min(max(0.0, t - 300), 25.0) * 80.0)  # 2 GiB in 25 s, then flat
+        return record(t, g, fb=0.5 * TOTAL + max(0.0, t - 300) * 40.0)
+    found = run(trace(480, 2, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-1")]
+    assert 300 < found[0].start - T0 <= 300 + 35 and found[0].severity == "critical"
