@@ -7,8 +7,10 @@
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
   every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
-  variants b to r (``h200-labelled-<v>.jsonl``) recorded as held-out traces, each scored once
-  at its recording (docs/gpu-validation.md says which were then looked at).
+  variants b to u (``h200-labelled-<v>.jsonl``) and v (``h100-labelled-v.jsonl``: an H100, the
+  agent sampling every 2 s) recorded as held-out traces, each scored once at its recording
+  (docs/gpu-validation.md says which were then looked at). Every one is also scored re-sampled at
+  2 and 5 s (``test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds``).
 """
 
 from __future__ import annotations
