@@ -300,15 +300,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # "w": the twenty-second run, written in the sixteenth session (2026-12-05) before any detector saw it
     # and to be scored once when recorded, with the agent sampling every 5 s (GPUWATCH_BUSY_INTERVAL=5:
     # each reading a mean over 5 s, as an operator who sets a longer interval gets): the incidents last
-    # 75-80 s, as a 60-s hold needs with 5-s samples: an evaluation of 15 s, contention from 10 CPU
-    # burners, a 10-s checkpoint, a stall of 3 steps' wait, a leak of 0.25 GiB every 2 s for 75 s;
-    # then a new process serving a 20-s demand wave and launch-bound work for 80 s with 2,000 tiny
-    # kernels per sync
-    "w": {"train": (("train", 30.0), ("eval", 15.0), ("train", 20.0), ("contention", 80.0), ("train", 20.0),
-                    ("checkpoint", 10.0), ("train", 20.0), ("stall", 80.0), ("train", 20.0), ("leak", 75.0)),
-          "tools": (("serve", 25.0), ("launch", 80.0)),
+    # 70-75 s, as a 60-s hold needs with 5-s samples: an evaluation of 15 s, contention from 10 CPU
+    # burners, a 10-s checkpoint, a stall of 3 steps' wait, a leak of 0.25 GiB every 2 s for 70 s;
+    # then a new process serving a 15-s demand wave and launch-bound work for 75 s with 2,000 tiny
+    # kernels per sync (about 465 s in all, to fit what was left of the session's device time)
+    "w": {"train": (("train", 25.0), ("eval", 15.0), ("train", 20.0), ("contention", 75.0), ("train", 20.0),
+                    ("checkpoint", 10.0), ("train", 20.0), ("stall", 75.0), ("train", 20.0), ("leak", 70.0)),
+          "tools": (("serve", 15.0), ("launch", 75.0)),
           "gpu_s": 0.09, "cpu_s": 0.05, "stall_steps": 3.0, "burners": 10, "leak_every_s": 2.0,
-          "leak_gib": 0.25, "serve_period_s": 20.0, "launch_batch": 2000},
+          "leak_gib": 0.25, "serve_period_s": 15.0, "launch_batch": 2000},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
