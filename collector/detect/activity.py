@@ -404,6 +404,16 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if ts - lv.ep_start >= cfg.accept_after_s:
             lv.reset(ts)  # lower for this long: the workload's new normal, learned afresh
             return None
+        if lv.ep_mode == "unsure" and not lv.ep_reported and not pod_peers and not svc_peers \
+                and not st.evidence.serves() and lv.fast < cfg.drop_ratio * lv.level:
+            # a step being judged (it must last as long as a steady job's fall) whose samples have
+            # since come as bursts at the level between idle waits: the job waits for its input
+            # (``_duty_since``), as it would have been judged had the bursts begun before the step
+            waited = _duty_since(lv, ts, lv.level)
+            found = verdict(st, waited, ts) if waited is not None else None
+            if waited is not None and (found is None or found.cause != "demand"):
+                lv.start_episode(waited, lv.level, "steady", True, lead=ts - waited, waits=True,
+                                 fallen=cfg.drop_ratio)
     elif not _start(st, ts, cfg, _mode(lv, svc_peers), not svc_peers and not pod_peers):
         return None
     why = _explained(st, cfg)
