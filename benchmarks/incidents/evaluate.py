@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/incidents/evaluate.py --write-trace t.jsonl --seeds 1   # also the trace itself
     .venv/bin/python benchmarks/incidents/evaluate.py --generator heldout --seeds 101,102,103 --nodes 6
     .venv/bin/python benchmarks/incidents/evaluate.py --generator heldout --inference-figures --seeds 102 --nodes 6
+    .venv/bin/python benchmarks/incidents/evaluate.py --interval 5     # each GPU's records re-sampled at 5 s
 
 ``--generator tuning`` (the default) is tests/support/incidents/generate.py, which the
 detectors were tuned on; ``heldout`` is benchmarks/incidents/heldout.py, written separately
@@ -22,6 +23,7 @@ import argparse
 import functools
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,24 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 from benchmarks.incidents.heldout import HeldoutFleet
+from telemetry.records import BadLine, EventRecord, GpuRecord
 from tests.support.incidents.generate import Fleet
-from tests.support.incidents.scoring import evaluate
+from tests.support.incidents.labelled import resampled
+from tests.support.incidents.scoring import IncidentFleet, evaluate
+
+
+class _Resampled:
+    """A generator's fleet whose records come as an agent sampling every ``interval`` s would send them."""
+
+    def __init__(self, make: Callable[..., IncidentFleet], interval: float, **kw: Any) -> None:
+        self.fleet = make(**kw)
+        self.incidents = self.fleet.incidents
+        self.interval = interval
+
+    def records(self) -> Iterator[GpuRecord | EventRecord]:
+        for item in resampled(self.fleet.records(), self.interval):
+            assert not isinstance(item, BadLine)  # (a generator writes none)
+            yield item
 
 
 def main() -> int:
@@ -44,13 +62,21 @@ def main() -> int:
     p.add_argument("--inference-figures", action="store_true",
                    help="heldout only: its serving replicas also carry the inference server's figures "
                         "(requests/s, queue time, pending), as the agent scrapes from an annotated pod")
+    p.add_argument("--interval", type=float,
+                   help="keep a GPU's record only this many seconds after its last kept one (the agent's "
+                        "interval stretched by its CPU budget or a setting)")
     args = p.parse_args()
+    if args.interval is not None and not 0 < args.interval <= 300:
+        p.error(f"--interval: {args.interval} is not a number of seconds between 0 and 300")
     if args.inference_figures and args.generator != "heldout":
         p.error("--inference-figures: only the heldout generator has them")
-    make = functools.partial(HeldoutFleet, inference_figures=args.inference_figures) \
+    make: Callable[..., IncidentFleet] = functools.partial(HeldoutFleet, inference_figures=args.inference_figures) \
         if args.generator == "heldout" else Fleet
+    if args.interval:
+        make = functools.partial(_Resampled, make, args.interval)
     result = evaluate([int(s) for s in args.seeds.split(",")], args.nodes, args.hours, args.write_trace,
-                      args.generator + ("+inference" if args.inference_figures else ""), make)
+                      args.generator + ("+inference" if args.inference_figures else "")
+                      + (f"@{args.interval:g}s" if args.interval else ""), make)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"{result['records']} records, {result['incidents']} incidents, {result['anomalies']} anomalies")
