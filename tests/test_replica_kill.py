@@ -134,8 +134,16 @@ def test_a_replica_killed_mid_run_loses_duplicates_and_reopens_nothing(kafka_bro
                     "--kafka-topic", TOPIC, "--kafka-group", GROUP, "--api-port", "0", "--log-level", "INFO",
                     "--alert-rules", rules]
             procs.append(CollectorProc(args, tmp_path / f"collector-{i}.log", env).start())
-        wait_until(lambda: _stored(dsn) >= total // 2 or None, timeout=180, interval=0.2, what="half stored")
-        busiest = max(procs, key=lambda p: p.metric("gpuwatch_collector_records_total") or 0.0)
+        # killed once half is stored and it has saved some of its nodes' state (a replica saves a node when
+        # one of its anomalies changes, or every checkpoint interval): killed before that, there is no
+        # state to take over, and whether there was depended on where the fleet's anomalies fell
+        def saved(p: CollectorProc) -> float:
+            return p.metric("gpuwatch_collector_detector_states_saved_total") or 0.0
+
+        wait_until(lambda: (_stored(dsn) >= total // 2 and any(saved(p) >= 1 for p in procs)) or None,
+                   timeout=180, interval=0.2, what="half stored, and some state saved")
+        busiest = max((p for p in procs if saved(p) >= 1),
+                      key=lambda p: p.metric("gpuwatch_collector_records_total") or 0.0)
         held = busiest.metric("gpuwatch_collector_records_total") or 0.0
         assert busiest.proc is not None
         os.kill(busiest.proc.pid, signal.SIGKILL)
