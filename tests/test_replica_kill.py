@@ -1,12 +1,13 @@
 """A collector replica killed mid-run loses, duplicates and re-opens nothing (issue 16, item 2).
 
 Three ``gpuwatch collector`` processes of one consumer group on twelve partitions read the
-generated fleet of ``tests/test_replicas.py`` from a backlog (so the group rebalances while
-frames flow, as each replica joins), with an alert rule that notifies every anomaly but
-``throughput_drop`` on a webhook. Mid-run the replica that stored the most is killed with
-SIGKILL: it saves nothing more, and its partitions go to the other two once the broker gives
-up on it. They take its nodes' detector state over from the database (saved with the
-anomalies it stored) and re-read from before it.
+generated fleet of ``tests/test_replicas.py``: its first half from a backlog (so the group
+rebalances while frames flow, as each replica joins), its second half produced after the kill,
+with an alert rule that notifies every anomaly but ``throughput_drop`` on a webhook. Mid-run the
+replica that stored the most, of those that saved some state, is killed with SIGKILL: it saves
+nothing more, and its partitions go to the other two once the broker gives up on it. They
+take its nodes' detector state over from the database (saved with the anomalies it stored)
+and re-read from before it.
 
 Against one in-process replica of another group on another database, reading the same log:
 the same anomalies (kind, GPU, start within 1 s) but for ``throughput_drop`` (a serving
@@ -40,6 +41,7 @@ from tests.support.poll import wait_until
 from tests.test_replicas import PARTITIONS, TOPIC, _anomalies, _fleet_messages, _produce, _run
 
 GROUP = "killed"
+OWN_TOPIC = f"{TOPIC}.killed"
 KINDS = ("thermal_throttle", "power_throttle", "straggler", "idle_allocated", "launch_bound", "memory_leak", "xid",
          "ecc_dbe", "ecc_sbe_rising", "pcie_replay_storm", "gpu_lost", "metric_anomaly")
 
@@ -127,27 +129,36 @@ def test_a_replica_killed_mid_run_loses_duplicates_and_reopens_nothing(kafka_bro
         asyncio.run(_run(pg_server.dsn(ref), broker.bootstrap, "one", 1, total,
                          lambda: _produce(broker.bootstrap, messages), rules=rules))
         dsn = pg_server.dsn(killed)
+        # the replicas of the killed run read a topic of their own, fed in two halves: the second half is
+        # produced after the kill, so the killed replica's nodes have frames left that the other two must
+        # read, whatever it had read of the first half (reading a whole backlog, it could have read all of
+        # its nodes before it was killed, and there was nothing to take over)
+        create_topic(broker.bootstrap, OWN_TOPIC, partitions=PARTITIONS)
+        create_topic(broker.bootstrap, f"{OWN_TOPIC}.dlq", partitions=1)
+        half = len(messages) // 2
+        asyncio.run(_produce(broker.bootstrap, messages[:half], OWN_TOPIC))
         env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUWATCH_MAINTENANCE_INTERVAL": "3600",
                "GPUWATCH_MAX_BATCH": "400"}
         for i in range(3):
             args = [sys.executable, "-m", "gpuwatch", "collector", "--db", dsn, "--kafka-bootstrap", broker.bootstrap,
-                    "--kafka-topic", TOPIC, "--kafka-group", GROUP, "--api-port", "0", "--log-level", "INFO",
+                    "--kafka-topic", OWN_TOPIC, "--kafka-group", GROUP, "--api-port", "0", "--log-level", "INFO",
                     "--alert-rules", rules]
             procs.append(CollectorProc(args, tmp_path / f"collector-{i}.log", env).start())
-        # killed once half is stored and it has saved some of its nodes' state (a replica saves a node when
-        # one of its anomalies changes, or every checkpoint interval): killed before that, there is no
+        # killed once a third is stored and it has saved some of its nodes' state (a replica saves a node
+        # when one of its anomalies changes, or every checkpoint interval): killed before that, there is no
         # state to take over, and whether there was depended on where the fleet's anomalies fell
         def saved(p: CollectorProc) -> float:
             return p.metric("gpuwatch_collector_detector_states_saved_total") or 0.0
 
-        wait_until(lambda: (_stored(dsn) >= total // 2 and any(saved(p) >= 1 for p in procs)) or None,
-                   timeout=180, interval=0.2, what="half stored, and some state saved")
+        wait_until(lambda: (_stored(dsn) >= total // 3 and any(saved(p) >= 1 for p in procs)) or None,
+                   timeout=180, interval=0.2, what="a third stored, and some state saved")
         busiest = max((p for p in procs if saved(p) >= 1),
                       key=lambda p: p.metric("gpuwatch_collector_records_total") or 0.0)
         held = busiest.metric("gpuwatch_collector_records_total") or 0.0
         assert busiest.proc is not None
         os.kill(busiest.proc.pid, signal.SIGKILL)
         busiest.proc.wait(10)
+        asyncio.run(_produce(broker.bootstrap, messages[half:], OWN_TOPIC))
         wait_until(lambda: _stored(dsn) >= total or None, timeout=240, interval=0.5, what="every record stored")
 
         def settled() -> bool | None:

@@ -69,11 +69,11 @@ def _fleet_messages() -> tuple[list[Message], int]:
     return out, records
 
 
-async def _produce(bootstrap: str, messages: list[Message]) -> None:
+async def _produce(bootstrap: str, messages: list[Message], topic: str = TOPIC) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     try:
-        sent = [await producer.send(TOPIC, m.value, key=m.key, headers=list(m.headers)) for m in messages]
+        sent = [await producer.send(topic, m.value, key=m.key, headers=list(m.headers)) for m in messages]
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
