@@ -309,6 +309,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("serve", 15.0), ("launch", 75.0)),
           "gpu_s": 0.09, "cpu_s": 0.05, "stall_steps": 3.0, "burners": 10, "leak_every_s": 2.0,
           "leak_gib": 0.25, "serve_period_s": 15.0, "launch_batch": 2000},
+    # "x": the twenty-third run, written in the seventeenth session (2026-12-05) before any detector saw it
+    # and to be scored once when recorded, at the agent's own intervals: an evaluation of 20 s, a pageable
+    # input copy of 2 GiB a step (the h2d that u's detectors missed, smaller), a 8-s checkpoint, a loader
+    # falling behind in short bursts (3 s of steps, 3 s of waits), contention from 12 CPU burners, a leak
+    # of 0.4 GiB every 2 s for 40 s; then a new process serving a 10-s demand wave, a memory-bound pass
+    # and launch-bound work with 1,000 tiny kernels per sync
+    "x": {"train": (("train", 25.0), ("eval", 20.0), ("train", 20.0), ("h2d", 65.0), ("train", 20.0),
+                    ("checkpoint", 8.0), ("train", 20.0), ("hiccup", 62.0), ("train", 20.0), ("contention", 62.0),
+                    ("train", 20.0), ("leak", 40.0)),
+          "tools": (("serve", 20.0), ("membound", 8.0), ("launch", 66.0)),
+          "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.0, "burners": 12, "leak_every_s": 2.0,
+          "leak_gib": 0.4, "serve_period_s": 10.0, "launch_batch": 1000, "h2d_gib": 2,
+          "hiccup_run_s": 3.0, "hiccup_wait_s": 3.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
