@@ -322,6 +322,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.0, "burners": 12, "leak_every_s": 2.0,
           "leak_gib": 0.4, "serve_period_s": 10.0, "launch_batch": 1000, "h2d_gib": 2,
           "hiccup_run_s": 3.0, "hiccup_wait_s": 3.0},
+    # "y": the twenty-fourth run, written in the seventeenth session (2026-12-05) before any detector saw it
+    # and to be scored once when recorded, with the agent sampling every 5 s (GPUWATCH_BUSY_INTERVAL=5), in
+    # the about 8 minutes of device time this session had (w and x need more): a stall of 2.5 steps' wait,
+    # contention from 12 CPU burners, a leak of 0.5 GiB every 2 s for 50 s, each lasting what a 60-s hold
+    # needs with 5-s samples; then a new process with launch-bound work (1,500 tiny kernels per sync)
+    "y": {"train": (("train", 20.0), ("stall", 72.0), ("train", 20.0), ("contention", 72.0), ("train", 20.0),
+                    ("leak", 50.0)),
+          "tools": (("launch", 72.0),),
+          "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.5, "burners": 12, "leak_every_s": 2.0,
+          "leak_gib": 0.5, "launch_batch": 1500},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
