@@ -182,7 +182,8 @@ class KafkaSource:
     async def assigned(self, assigned: list[TopicPartition]) -> None:
         assert self._consumer is not None
         mine = {tp.partition for tp in assigned}
-        for partition in (self.ingestor.streams.partitions() | set(self._processed)) - mine:
+        for partition in (self.ingestor.streams.partitions() | set(self._processed)
+                          | set(self.ingestor.partition_nodes)) - mine:
             self.ingestor.reset_partition(partition, None)  # another collector's now
             self._processed.pop(partition, None)
             self._committed.pop(partition, None)

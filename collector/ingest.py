@@ -185,6 +185,9 @@ class Ingestor:
     # node -> (partition, offset) of its first message judged since the detectors last saved its state:
     # the resume offset goes no later, so a replica taking the node over re-reads what the state lacks
     floors: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # the floors of the nodes whose state is being saved: they hold the resume offset back until the save
+    # has committed (a replica killed mid-save leaves the older state, which needs them)
+    saving: dict[str, tuple[int, int]] = field(default_factory=dict)
     request_keyframe: RequestKeyframe | None = None
     profiles: ProfileSink | None = None  # where agents' CPU profiles go (None: they are dead-lettered)
     kernels: KernelSink | None = None  # where CUPTI kernel windows go (None: they are dead-lettered)
@@ -211,25 +214,41 @@ class Ingestor:
                              len(nodes), type(exc).__name__, exc)
 
     def take_floors(self, nodes: set[str]) -> dict[str, tuple[int, int]]:
-        """The detectors are saving ``nodes``' state: their floors, which :meth:`put_floors` puts back
-        if the save fails."""
-        return {n: self.floors.pop(n) for n in nodes if n in self.floors}
+        """The detectors are saving ``nodes``' state: their floors. Until the save commits
+        (:meth:`saved_floors`) or fails (:meth:`put_floors`) they still hold the resume offset back,
+        and what is judged meanwhile gets a floor of its own (the saved state lacks it). Why: the
+        resume offsets are saved after every batch, also while a save is in flight; had they moved
+        past the floors then, a replica killed before its save committed left an older state and a
+        resume offset past what that state lacks, and whoever took its nodes over never read it."""
+        taken = {n: self.floors.pop(n) for n in nodes if n in self.floors}
+        self.saving.update(taken)
+        return taken
+
+    def saved_floors(self, floors: dict[str, tuple[int, int]]) -> None:
+        for node in floors:
+            self.saving.pop(node, None)
 
     def put_floors(self, floors: dict[str, tuple[int, int]]) -> None:
         for node, (partition, offset) in floors.items():
+            self.saving.pop(node, None)
             cur = self.floors.get(node)
             if cur is None or offset < cur[1]:
                 self.floors[node] = (partition, offset)
 
     def reset_partition(self, partition: int, stored_below: int | None) -> None:
-        """Forget a partition's decoders (before a rewind, or when it went to another collector,
-        ``stored_below`` None: then the detectors forget its nodes too)."""
-        if stored_below is None:
-            nodes = self.partition_nodes.pop(partition, set())
-            for node in nodes:
-                self.floors.pop(node, None)
-            if self.detection is not None and nodes:
-                self.detection.forget(nodes)
+        """Forget a partition's decoders and its nodes' detector state: before a rewind, or when it
+        went to another collector (``stored_below`` None). Before a rewind too, because the rewind
+        is of a partition that another collector read further (or whose batch was given up): what
+        the detectors hold of its nodes is older than the state saved since, and a node they still
+        held would not take that state over (the real case: a replica that read a partition for a
+        moment at the group's first rebalance re-opened, when the partition came back after a
+        replica was killed, every anomaly that replica had open, with a later start)."""
+        nodes = self.partition_nodes.pop(partition, set())
+        for node in nodes:
+            self.floors.pop(node, None)
+            self.saving.pop(node, None)
+        if self.detection is not None and nodes:
+            self.detection.forget(nodes)
         self.streams.drop_partition(partition)
         if self._pending is not None and partition in self._pending.partitions:
             self._pending = None
@@ -261,7 +280,7 @@ class Ingestor:
         """Per partition, the offset to re-read from so every stream's decoder can be rebuilt."""
         self.streams.expire(self.clock(), self.stream_idle_s)
         out = self.streams.resume_offsets()
-        for partition, offset in self.floors.values():
+        for partition, offset in (*self.floors.values(), *self.saving.values()):
             out[partition] = min(offset, out.get(partition, offset))
         return out
 

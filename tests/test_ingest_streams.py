@@ -251,3 +251,58 @@ def test_dead_letters_fit_the_producer_limit() -> None:
     assert head["dlq_size"] == str(5 << 20).encode() and head["dlq_source"] == b"t/0/7"
     small = fit(b"k", b"abc", (("type", b"frame"),), "bad", "t/0/1", 1 << 20)
     assert not small.truncated and small.value == b"abc" and ("type", b"frame") in small.headers
+
+
+class _Hooks:
+    """The detection service's side of a rebalance, as far as the ingestor sees it."""
+
+    def __init__(self) -> None:
+        self.forgotten: list[set[str]] = []
+
+    async def prepare(self, records: Sequence[GpuRecord], events: Sequence[EventRecord]) -> None:
+        pass
+
+    async def release(self, nodes: set[str]) -> None:
+        pass
+
+    def forget(self, nodes: set[str]) -> None:
+        self.forgotten.append(set(nodes))
+
+
+def _judged(store: MemoryStore) -> tuple[Ingestor, _Hooks]:
+    ingestor, hooks = make(store, []), _Hooks()
+    ingestor.detection = hooks
+    ingestor.on_committed = lambda records, events: None
+    return ingestor, hooks
+
+
+def test_a_state_being_saved_holds_the_resume_offset_back_until_its_save_commits() -> None:
+    """Issue 16, item 2: the resume offsets are saved after every batch, also while the detectors'
+    save of a node's state is in flight. A replica killed before that save committed left the older
+    state, and a resume offset past what that state lacked: the replica that took the node over
+    never read it (an anomaly re-opened with a later start, in tests/test_replica_kill.py)."""
+    a, _ = frames(0, 8)  # keyframes at frames 0 and 4
+    ingestor, _hooks = _judged(MemoryStore())
+    run(ingestor.handle(inbound(a[:6])))
+    assert ingestor.resume_offsets()[0] == 0  # the node's first message judged since its last save
+    taken = ingestor.take_floors({"node-a"})  # a save begins
+    run(ingestor.handle(inbound(a[6:], first_offset=6)))  # judged meanwhile: not in that save
+    assert ingestor.resume_offsets()[0] == 0  # held back while the save is in flight
+    ingestor.put_floors(taken)  # the save failed: as before it
+    assert ingestor.resume_offsets()[0] == 0
+    taken = ingestor.take_floors({"node-a"})
+    ingestor.saved_floors(taken)  # it committed: nothing judged is lacking any more
+    assert ingestor.resume_offsets()[0] == 4  # the last keyframe
+    assert ingestor.floors == {} and ingestor.saving == {}
+
+
+def test_a_partition_rewound_after_another_replica_read_it_forgets_its_nodes_state() -> None:
+    """A partition this replica read once (at the group's first rebalance, say) and that comes back
+    after another replica read it further: the detectors' state of its nodes here is older than the
+    one saved since, and kept, it would stop that one from being taken over."""
+    a, _ = frames(0, 4)
+    ingestor, hooks = _judged(MemoryStore())
+    run(ingestor.handle(inbound(a)))
+    ingestor.reset_partition(0, 40)  # assigned back; another replica committed up to 40
+    assert hooks.forgotten == [{"node-a"}]
+    assert ingestor.floors == {} and ingestor.stored_below[0] == 40

@@ -63,6 +63,8 @@ class Floors(Protocol):
 
     def take_floors(self, nodes: set[str]) -> dict[str, tuple[int, int]]: ...
 
+    def saved_floors(self, floors: dict[str, tuple[int, int]]) -> None: ...
+
     def put_floors(self, floors: dict[str, tuple[int, int]]) -> None: ...
 
 
@@ -119,18 +121,17 @@ class DetectionService:
                                  "start over", row.node, exc)
                 continue
             opened = self.engine.adopt(state)
+            log.info("took over the detector state of node %s (saved at its record of %.0f; %d anomalies open)",
+                     row.node, state.last_ts, len(opened))
             self.router.adopt(opened, frozenset(fired), max(self._now, state.last_ts))
             self.counters["states_restored"] += 1
             self.counters["anomalies_restored"] += len(opened)
 
     def on_committed(self, records: Sequence[GpuRecord], events: Sequence[EventRecord] = ()) -> None:
-        feed = self.engine.feed
+        self._changes.extend(self.engine.feed_batch(records, events))
         for record in records:
-            self._changes.extend(feed(record))
             if record.ts > self._now:
                 self._now = record.ts
-        for event in events:
-            self._changes.extend(self.engine.feed_event(event))
         nodes = {r.node for r in records} | {e.node for e in events}
         self._dirty |= nodes
         self._known |= nodes
@@ -187,6 +188,16 @@ class DetectionService:
             changes, self._changes = self._changes, []
             if not changes and self._now <= 0:
                 return 0
+            wall = time.time()
+            if wall - self._silences_at >= self.silence_refresh_s:
+                # before the state is taken: a database away here leaves the changes and floors as they were
+                try:
+                    async with self.pool.acquire() as conn:
+                        self._silences = await load_active(conn, datetime.fromtimestamp(wall, UTC))
+                except BaseException:
+                    self._changes[:0] = changes
+                    raise
+                self._silences_at = wall
             due = (set(save) | {c.anomaly.node for c in changes}) & self._dirty
             periodic = time.monotonic() - self._saved_at >= self.checkpoint_s
             if periodic:
@@ -194,11 +205,6 @@ class DetectionService:
             states = self._states(due)  # before the first await: the state these changes left
             floors = self.floors.take_floors({st.node for st in states}) if self.floors is not None else {}
             self._dirty -= due
-            wall = time.time()
-            if wall - self._silences_at >= self.silence_refresh_s:
-                async with self.pool.acquire() as conn:
-                    self._silences = await load_active(conn, datetime.fromtimestamp(wall, UTC))
-                self._silences_at = wall
             for change in changes:
                 self.router.on_change(change, self._now)
             alerts, notes = self.router.tick(self._now, self._silences, wall)
@@ -220,6 +226,8 @@ class DetectionService:
                 if self.floors is not None:
                     self.floors.put_floors(floors)
                 raise
+            if self.floors is not None:
+                self.floors.saved_floors(floors)
             self.counters["states_saved"] += len(states)
             opened = [(c.anomaly, ids[c.anomaly.key]) for c in changes if c.action == "open"]
             self.counters["anomalies_opened"] += len(opened)

@@ -24,7 +24,8 @@ pipeline reports those (consumer stall and lag metrics), not the GPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -114,6 +115,10 @@ class AnomalyLog:
                     self.anomalies[at] = anomaly
 
 
+def _event_ts(event: EventRecord) -> float:
+    return event.ts
+
+
 class DetectionEngine:
     """All detectors over a fleet's record stream; not thread-safe (one feeder)."""
 
@@ -173,6 +178,26 @@ class DetectionEngine:
         elif event.kind == "gpu_recovered":
             return self._recovered(st, event.ts)
         return self._apply(st, event.ts, [finding] if finding else [], complete=False)
+
+    def feed_batch(self, records: Sequence[GpuRecord], events: Sequence[EventRecord]) -> list[Change]:
+        """A batch's records and events, each node's in time order: an event is judged before the
+        node's first later record. Why: a consumer cuts its batches by size, and a batch's events
+        judged after all of its records made an anomaly's start (and whether a lost GPU's readings
+        counted) depend on where the batch ended; a replica that took a node over mid-run then
+        disagreed with one that read the node whole."""
+        out: list[Change] = []
+        waiting: dict[str, deque[EventRecord]] = {}
+        for event in sorted(events, key=_event_ts):
+            waiting.setdefault(event.node, deque()).append(event)
+        for record in records:
+            queue = waiting.get(record.node)
+            while queue and queue[0].ts <= record.ts:
+                out.extend(self.feed_event(queue.popleft()))
+            out.extend(self.feed(record))
+        for queue in waiting.values():
+            for event in queue:
+                out.extend(self.feed_event(event))
+        return out
 
     def feed_all(self, records: Iterable[GpuRecord]) -> list[Change]:
         out: list[Change] = []

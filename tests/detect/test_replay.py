@@ -108,3 +108,28 @@ def test_read_trace_gives_what_the_contract_reader_gives(tmp_path_factory: pytes
     text = newline.join(pieces) + (newline if last_newline else "")
     path.write_bytes(text.encode("utf-8", errors="surrogateescape").replace("\xff".encode(), b"\xff"))
     assert list(read_trace(path)) == list(read_jsonl(path))
+
+
+def test_a_batch_is_judged_alike_however_it_was_cut() -> None:
+    """A consumer cuts its batches by size. Its events (XIDs, a lost GPU) were judged after all of
+    a batch's records, so an anomaly's start, and whether a lost GPU's readings counted, depended
+    on where a batch ended: a replica that took a node over mid-run (reading smaller batches)
+    disagreed with one that read it whole (tests/test_replica_kill.py)."""
+    from collector.detect import AnomalyLog, DetectionEngine
+    from telemetry.records import EventRecord, GpuRecord
+    from tests.support.incidents.generate import Fleet
+
+    items = list(Fleet(nodes=4, hours=0.75, seed=23).records())
+
+    def judged(size: int) -> list[tuple[str, str, float]]:
+        engine, log = DetectionEngine(), AnomalyLog()
+        for i in range(0, len(items), size):
+            chunk = items[i:i + size]
+            log.add(engine.feed_batch([r for r in chunk if isinstance(r, GpuRecord)],
+                                      [e for e in chunk if isinstance(e, EventRecord)]))
+        return sorted((a.kind, a.gpu, a.start) for a in log.anomalies)
+
+    one_by_one = judged(1)
+    assert len(one_by_one) >= 30
+    assert judged(len(items)) == one_by_one
+    assert judged(997) == one_by_one
