@@ -495,12 +495,14 @@ def test_the_chunk_interval_setting_applies_to_new_chunks_once(pglite_dsn: str) 
 
 def test_rollups_compress_past_their_refresh_window_and_late_data_still_folds_in(pglite_dsn: str) -> None:
     """Migration 0090: every continuous aggregate that refreshes is compressed (by GPU, ordered by bucket) a day
-    past its refresh window; a sample that comes ten days late, into a compressed 1-minute
+    past its refresh window; a sample that comes eleven days late, into a compressed 1-minute
     rollup's minute, is folded into it by the maintenance round, and the rollup reads the same
     as the raw rows."""
     gpu = "GPU-77777777-0000-4000-8000-0000000000c1"
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    minute = now - timedelta(days=10)
+    # eleven days back: the 1-minute rollups' chunks are 2.5 days long and compressed once all of a chunk is
+    # 8 days old, so ten days back fell, one time in five, in a chunk not yet that old (a flake by the clock)
+    minute = now - timedelta(days=11)
     first = hand_made_series(gpu, minute)[:20]
     late = hand_made_series(gpu, minute + timedelta(milliseconds=500))[:3]
 

@@ -520,8 +520,12 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
             causes.append(f"a steady workload: on its plateau {lv.plateau_s / 60:.0f} min of the last "
                           f"{len(lv.blocks) * lv.block_s / 60:.0f} min of work, so a sustained fall is lost throughput")
         else:
-            causes.append(f"a steady workload: its activity sat on a tight plateau (per-sample variation "
-                          f"{lv.noise * 100:.0f}%) since it reached it, so a sustained fall is lost throughput")
+            # a block of one sample (an agent sampling every 5 s or more) has no variation to measure
+            variation = (f"per-sample variation {lv.noise * 100:.0f}%" if lv.noise > 0 else
+                         f"its blocks {lv.spread / max(lv.level, 1e-9) * 100:.0f}% apart; one sample per block, "
+                         "so no per-sample variation measured")
+            causes.append(f"a steady workload: its activity sat on a tight plateau ({variation}) since it reached "
+                          "it, so a sustained fall is lost throughput")
         if pod_wide:
             causes.append(f"all {len(pod_peers) + 1} GPUs of the pod fell together (job-wide: input, CPU or a "
                           f"dependency)")

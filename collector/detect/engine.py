@@ -186,6 +186,11 @@ class DetectionEngine:
         counted) depend on where the batch ended; a replica that took a node over mid-run then
         disagreed with one that read the node whole."""
         out: list[Change] = []
+        feed = self.feed
+        if not events:  # the common case
+            for record in records:
+                out.extend(feed(record))
+            return out
         waiting: dict[str, deque[EventRecord]] = {}
         for event in sorted(events, key=_event_ts):
             waiting.setdefault(event.node, deque()).append(event)
@@ -193,7 +198,7 @@ class DetectionEngine:
             queue = waiting.get(record.node)
             while queue and queue[0].ts <= record.ts:
                 out.extend(self.feed_event(queue.popleft()))
-            out.extend(self.feed(record))
+            out.extend(feed(record))
         for queue in waiting.values():
             for event in queue:
                 out.extend(self.feed_event(event))

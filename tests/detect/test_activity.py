@@ -610,3 +610,16 @@ def test_blocks_of_a_starved_agent_off_the_plateau_do_not_lengthen_the_plateau()
         t += 12.0
     assert lv.plateau_blocks == 4 and not lv.established
     assert lv.block_s == pytest.approx(6.0, abs=0.5)
+
+
+def test_a_fall_judged_on_one_sample_per_block_does_not_claim_a_measured_variation() -> None:
+    """An agent sampling every 5 s puts one sample in each 5-s block, which has no variation: the
+    cause said "per-sample variation 0%" (docs/benchmarks.md, round 15)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if t % 5:
+            return None
+        return record(t, g, sm=(0.8 if t < 300 else 0.2) + 0.01 * math.sin(t), pod="")
+    found = run(trace(500, 1, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    text = " ".join(found[0].causes)
+    assert "one sample per block" in text and "variation 0%" not in text
