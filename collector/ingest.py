@@ -160,6 +160,9 @@ class _Pending:
     dead: list[tuple[Inbound, str]] = field(default_factory=list)
     requests: list[KeyframeRequest] = field(default_factory=list)
     streams: list[Stream] = field(default_factory=list)  # the streams that decoded frames of this batch
+    # node -> (partition, offset) of the earliest keyframe its frames here were decoded from: where a re-read
+    # must begin to judge them again (a re-read from a delta frame skips it and what follows to a keyframe)
+    bases: dict[str, tuple[int, int]] = field(default_factory=dict)
     written: bool = False
     dead_sent: int = 0
 
@@ -182,8 +185,10 @@ class Ingestor:
     on_committed: Callable[[Sequence[GpuRecord], Sequence[EventRecord]], None] | None = None
     detection: DetectionHooks | None = None  # detector state handed over with partitions
     partition_nodes: dict[int, set[str]] = field(default_factory=dict)  # the nodes each partition carried
-    # node -> (partition, offset) of its first message judged since the detectors last saved its state:
-    # the resume offset goes no later, so a replica taking the node over re-reads what the state lacks
+    # node -> (partition, offset) of the keyframe its first frame judged since the detectors last saved its
+    # state was decoded from: the resume offset goes no later, so a replica taking the node over re-reads
+    # what the state lacks (from that frame's own offset, a delta, the re-read could decode nothing up to
+    # the stream's next keyframe: a minute of frames, never judged)
     floors: dict[str, tuple[int, int]] = field(default_factory=dict)
     # the floors of the nodes whose state is being saved: they hold the resume offset back until the save
     # has committed (a replica killed mid-save leaves the older state, which needs them)
@@ -411,10 +416,9 @@ class Ingestor:
             return
         if self.detection is not None:
             floors = self.floors
-            for msg, decoded in pending.frames:
-                node = decoded[-1].node
+            for node, base in pending.bases.items():
                 if node not in floors:
-                    floors[node] = (msg.partition, msg.offset)
+                    floors[node] = base
         records = [r for _, decoded in pending.frames for r in decoded]
         try:
             self.on_committed(records, [e for _, e in pending.events])
@@ -535,7 +539,7 @@ class Ingestor:
             stream = self.streams.install(sid, fresh, msg.offset, newest, self.clock())
         if stream is not None:
             pending.streams.append(stream)
-        self._accept(msg, sid, records, pending)
+        self._accept(msg, sid, records, pending, msg.offset)
 
     def _delta(self, msg: Inbound, header: FrameHeader, pending: _Pending) -> None:
         node = msg.header_text(NODE_HEADER)
@@ -563,7 +567,8 @@ class Ingestor:
             stream.last_ts = max(stream.last_ts, max(r.ts for r in records))
             self.streams.touch(stream, self.clock())
             pending.streams.append(stream)
-            self._accept(msg, stream.id, records, pending)
+            base = stream.keyframe_offset
+            self._accept(msg, stream.id, records, pending, msg.offset if base is None else base)
             return
         for s in candidates:
             if s.expected_seq is not None and seq_behind(header.seq, s.expected_seq) \
@@ -601,8 +606,13 @@ class Ingestor:
         ts = header.first_ts if math.isfinite(header.first_ts) else 0.0
         pending.requests.append(KeyframeRequest(sid.node, sid.gpu, reason[:200], ts, sid.instance))
 
-    def _accept(self, msg: Inbound, sid: StreamId, records: list[GpuRecord], pending: _Pending) -> None:
+    def _accept(self, msg: Inbound, sid: StreamId, records: list[GpuRecord], pending: _Pending, base: int) -> None:
+        """``base``: the offset of the keyframe ``msg`` was decoded from (its own, for a keyframe)."""
         pending.frames.append((msg, records))
+        node = records[-1].node
+        seen = pending.bases.get(node)
+        if seen is None or base < seen[1]:
+            pending.bases[node] = (msg.partition, base)
         nodes = self.partition_nodes.get(msg.partition)
         if nodes is None:
             nodes = self.partition_nodes[msg.partition] = set()

@@ -306,3 +306,16 @@ def test_a_partition_rewound_after_another_replica_read_it_forgets_its_nodes_sta
     ingestor.reset_partition(0, 40)  # assigned back; another replica committed up to 40
     assert hooks.forgotten == [{"node-a"}]
     assert ingestor.floors == {} and ingestor.stored_below[0] == 40
+
+
+def test_a_nodes_floor_is_the_keyframe_its_first_unsaved_frame_was_decoded_from() -> None:
+    """A re-read from a delta frame decodes nothing up to the stream's next keyframe: the floor was
+    that frame's own offset, and a replica that took the node over judged none of the frames between
+    it and the next keyframe (a minute of them: anomalies re-opened with a later start)."""
+    a, _ = frames(0, 12)  # keyframes at frames 0, 4 and 8
+    ingestor, _hooks = _judged(MemoryStore())
+    run(ingestor.handle(inbound(a[:5])))
+    ingestor.saved_floors(ingestor.take_floors({"node-a"}))  # the state is saved up to frame 4
+    run(ingestor.handle(inbound(a[5:10], first_offset=5)))  # frame 5 is a delta on the keyframe at 4
+    assert ingestor.floors["node-a"] == (0, 4)
+    assert ingestor.resume_offsets()[0] == 4  # not 8 (the stream's last keyframe), nor 5 (a delta)

@@ -174,6 +174,8 @@ def test_a_replica_killed_mid_run_loses_duplicates_and_reopens_nothing(kafka_bro
         if os.environ.get("GPUWATCH_KILL_LOGS"):
             for i, p in enumerate(procs):
                 Path(os.environ["GPUWATCH_KILL_LOGS"], f"c{i}.log").write_text(p.text())
+            Path(os.environ["GPUWATCH_KILL_LOGS"], "anomalies.json").write_text(json.dumps(
+                {"one": by_one, "killed": by_killed, "killed_pid": busiest.proc.pid}))
     finally:
         for p in procs:
             p.stop()
