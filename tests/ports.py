@@ -26,16 +26,25 @@ def _slice() -> tuple[int, int]:
     return low, low + width
 
 
+_handed: set[int] = set()  # never the same port twice in one process: two asked for before either binds
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range, and not
+    handed out before in this process (the live deploy stack asked for the agent's and the
+    collector's ports before starting either; when both drew the same one, the collector found
+    it taken)."""
     low, high = _slice()
     for _ in range(200):
         port = random.randrange(low, high)
+        if port in _handed:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _handed.add(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # the slice is full: any free port
         s.bind(("127.0.0.1", 0))
