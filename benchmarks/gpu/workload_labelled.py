@@ -332,6 +332,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
           "tools": (("launch", 72.0),),
           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.5, "burners": 12, "leak_every_s": 2.0,
           "leak_gib": 0.5, "launch_batch": 1500},
+    # "z": the twenty-fifth run, written in the seventeenth session (2026-12-05) before any detector saw it
+    # and to be scored once when recorded, with the agent sampling every 5 s (GPUWATCH_BUSY_INTERVAL=5), in
+    # the about 5 minutes of device time left (y needs more): a stall of 2.5 steps' wait and a leak of
+    # 0.5 GiB every 2 s, one training process, no other
+    "z": {"train": (("train", 25.0), ("stall", 72.0), ("train", 15.0), ("leak", 45.0)),
+          "tools": (),
+          "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.5, "burners": 0, "leak_every_s": 2.0, "leak_gib": 0.5},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
