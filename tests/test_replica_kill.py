@@ -171,6 +171,8 @@ def test_a_replica_killed_mid_run_loses_duplicates_and_reopens_nothing(kafka_bro
         notified, stored = _notified(dsn), _stored(dsn)
         restored = sum(p.metric("gpuwatch_collector_detector_states_restored_total") or 0.0 for p in procs if p.alive)
         logs = "\n".join(p.text()[-2000:] for p in procs)
+        # to diagnose a failure (pytest truncates the assertion's text): each replica's whole log, and both
+        # runs' anomalies, into the folder this names
         if os.environ.get("GPUWATCH_KILL_LOGS"):
             for i, p in enumerate(procs):
                 Path(os.environ["GPUWATCH_KILL_LOGS"], f"c{i}.log").write_text(p.text())
