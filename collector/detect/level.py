@@ -88,7 +88,8 @@ REPEAT_S = 300.0  # a reported fall recurs as the job's rhythm no sooner than th
 RECOVER_S = 10.0  # a fall ends when activity has been back this long
 ANCHOR_FROM, ANCHOR_TO = 150.0, 20.0  # the step anchor: blocks that ended this long ago
 FROZEN_BLOCKS = 12  # an anchor holds still during a run of shortfall only when a minute of blocks made it
-YOUNG_DEEP = 0.3  # a level not yet established is judged only for a fall this deep (with a host-side cause)
+YOUNG_DEEP = 0.5  # a level not yet established is judged only for a fall this deep (with a host-side cause):
+# half its work lost (0.3 missed a 58% and a 65% fall under named contention: the H100 traces w and y)
 MAX_BLOCKS = 34  # ... of which the highest is ``recent_max`` (a little more than ANCHOR_FROM)
 _HELD_MAX = 24  # blocks held while a recovery is judged (2 minutes: a recovery takes 10-40 s)
 RECENT_BLOCKS = 96  # block means kept for the anchor (ANCHOR_FROM, and a reported fall of up to 5 minutes)
