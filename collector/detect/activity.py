@@ -176,7 +176,7 @@ def _duty_since(lv: ActivityLevel, ts: float, ref: float) -> float | None:
     its kind is not known: one seen moving with its demand (``step``) bursts with its requests."""
     for back in _DUTY_BACK_S:
         if lv.duty_cycled(ts - back, ts, ref):
-            return ts - back
+            return max(ts - back, lv.incident[1])  # not inside the last reported fall (``duty_cycled``)
     return None
 
 

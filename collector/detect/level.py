@@ -417,7 +417,11 @@ class ActivityLevel:
         seldom idle (22-58% of its samples between, 0-3% idle, in every real trace), an evaluation
         is one smooth lower plateau, a checkpoint or a stall one long wait or one long trickle, and
         a job that always worked in bursts has no level above its bursts' mean to fall from
-        (``ref`` is a 5-second block's mean)."""
+        (``ref`` is a 5-second block's mean). The samples of the last reported fall are that fall's,
+        not the next one's: the held-out H100 trace x's loader bursts, reported and recovered, were
+        read 5 s into its contention as a minute of waiting, and that anomaly opened at once with a
+        start inside the loader's."""
+        since = max(since, self.incident[1])
         if ts - since < DUTY_S or ref <= 0.0:
             return False
         high = DUTY_HIGH * ref

@@ -329,6 +329,30 @@ def test_a_job_of_unknown_kind_whose_activity_moves_through_every_value_is_quiet
     assert _unsure_then(lambda s: levels[(s * 7) % 6]) == []
 
 
+def test_an_evaluation_seconds_after_a_reported_loader_stall_is_no_second_drop() -> None:
+    """The held-out H100 trace x: a loader that fell behind (3 s of steps, 3 s of waits) was reported
+    and recovered, and 5 s into the job's next fall a minute of samples back (the loader's bursts
+    among them) read as a job waiting for its input: the new fall was reported at once, its start
+    inside the loader's. The samples of a reported fall are that fall's: an evaluation pass (one
+    smooth low plateau of 40 s) 15 s after the loader recovered is the job's own work. The job's
+    plateau is noisy (as x's was: its kind not known, only a step or such waiting counts)."""
+    rng = __import__("random").Random(7)
+    noise = [rng.gauss(0.0, 0.18) for _ in range(480)]
+
+    def make(t: float, g: int) -> GpuRecord:
+        s = int(t)
+        if 240 <= s < 330:
+            sm = 0.6 if s % 7 < 4 else 0.0  # the loader falls behind
+        elif 345 <= s < 385:
+            sm = 0.02  # an evaluation
+        else:
+            sm = max(0.0, 0.6 * (1.0 + noise[s]))
+        return record(t, g, sm=sm, pod="")
+    found = run(trace(480, 1, make))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 240 <= found[0].start - T0 < 330
+
+
 # ---- item 2: demand versus lost capacity ----
 
 def _demand(t: float, g: int, phase: float = 1.3) -> float:
