@@ -73,6 +73,12 @@ class DetectorConfig:
     replay_rate: float = 5.0  # PCIe replays per second that make a storm
     sbe_window_s: float = 300.0
     sbe_min: int = 10
+    # ... or a burst: at least sbe_burst_min corrected errors, rising in two samples or more, that a
+    # GPU correcting sbe_background_per_h an hour (or its own rate, where higher) would see in fewer
+    # than one window in 1/sbe_surprise (errors.ecc_sbe says why)
+    sbe_burst_min: int = 3
+    sbe_background_per_h: float = 1.0
+    sbe_surprise: float = 1e-6
     close_after_s: float = 30.0  # a condition clear this long closes the anomaly
     # a throughput drop closes sooner once its activity is back at its level for 10 s (the detector's own
     # hysteresis): two stalls a few seconds of work apart are two incidents, not one

@@ -62,6 +62,7 @@ class GpuState:
     # counters: (ts, value) history, thinned
     replay_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
     sbe_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=128))
+    sbe_first: tuple[float, float] | None = None  # the first single-bit total seen (or since a reset)
     dbe: float | None = None
     dbe_jump_ts: float = -1e18
     dbe_jump: float = 0.0

@@ -127,6 +127,35 @@ def test_pcie_replay_storm_and_rising_single_bit_errors() -> None:
     assert len(found) == 2
 
 
+def test_a_burst_of_single_bit_errors_is_found_within_seconds_and_the_odd_one_is_not() -> None:
+    """Three corrected errors in 40 s from a GPU that corrected none for 10 min (far below the rising
+    test's ten): GPU 0. The odd error every 10 min (GPU 1), one report of six errors at once (GPU 2),
+    and a volatile total reset by a driver reload (GPU 3) are normal."""
+    burst = {600: 1, 620: 2, 640: 3}
+
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0:
+            sbe = float(max((n for s, n in burst.items() if t >= s), default=0))
+        elif g == 1:
+            sbe = float(t // 600)
+        elif g == 2:
+            sbe = 6.0 if t >= 700 else 0.0
+        else:
+            sbe = 0.0 if t >= 700 else float(t // 300)
+        return record(t, g, sbe=sbe)
+    found = run(trace(2000, 4, make))
+    assert kinds(found) == [("ecc_sbe_rising", "GPU-n0-0")]
+    assert found[0].start - T0 <= 645 and "+3 in the last" in found[0].causes[0]
+
+
+def test_a_gpu_that_always_corrected_many_errors_is_reported_once() -> None:
+    """One error every 10 s for two hours: a burst against the configured background at first, the
+    GPU's own rate once an hour of it is known, so the anomaly closes and does not open again."""
+    found = run(trace(7200, 1, lambda t, g: record(t, g, sbe=float(t // 10))))
+    assert kinds(found) == [("ecc_sbe_rising", "GPU-n0-0")]
+    assert found[0].start - T0 < 60 and found[0].end is not None
+
+
 def test_idle_allocated_after_the_configured_time_only() -> None:
     def make(t: float, g: int):  # type: ignore[no-untyped-def]
         idle = (g == 0 and t >= 100) or (g == 1 and 100 <= t < 250)
