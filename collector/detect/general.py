@@ -23,6 +23,9 @@ What keeps it quiet where that knowledge is not news:
   lies at least ``min_change`` outside the range this workload showed until ``RANGE_LAG_S``
   ago (a 0.5 °C "never seen" is statistics, not news, and a slow creep is judged against
   where it began);
+* between minutes, the last minute of samples (a sliding minute) is asked only the part of the
+  score that needs no context, how far beyond everything seen it lies: an excursion that is
+  already far outside is reported then, not when its first whole minute closes (:func:`_sliding`);
 * while its own anomaly is open (up to ``LEARN_AFTER_S``) each minute is judged but not
   learned: HBM that ran hot for 15 minutes is not the series' normal, so the next time it
   runs that hot is news again, and the anomaly lasts as long as the excursion does.
@@ -55,7 +58,7 @@ EVERY = 5.0  # seconds between samples folded into a minute's mean (plenty for a
 class Watch:
     """One metric of one GPU's workload: the current minute's sum and the detector."""
 
-    __slots__ = ("det", "high", "low", "n", "pending", "spec", "start", "total")
+    __slots__ = ("det", "high", "low", "n", "pending", "recent", "spec", "start", "total")
 
     def __init__(self, spec: MetricSpec, ts: float) -> None:
         self.spec = spec
@@ -67,6 +70,7 @@ class Watch:
         self.low = float("inf")
         self.high = float("-inf")
         self.pending: deque[tuple[float, float]] = deque()  # (ts, minute mean) not yet in the range
+        self.recent: deque[float] = deque(maxlen=max(2, round(spec.every_s / EVERY)))  # a sliding minute
 
     def widen(self, ts: float, mean: float) -> None:
         """Fold a normal minute into the range seen, ``RANGE_LAG_S`` later: a value that creeps up
@@ -119,7 +123,30 @@ def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[Met
                 w.widen(ts, mean)  # (or what is judged while one is open) does not widen it
         w.total += value
         w.n += 1
+        w.recent.append(value)  # (always: after an excursion, the sliding minute holds what followed it)
+        if own is None and found is None:
+            found = _sliding(st, w)
     return found
+
+
+def _sliding(st: GpuState, w: Watch) -> Finding | None:
+    """A finding when the last minute of samples, wherever the minute's boundaries fall, is
+    already far beyond everything this workload showed: its novelty alone (the score's part that
+    needs no context) reaches the threshold and it lies ``min_change`` outside the range.
+
+    Why: a minute's mean is judged when the minute closes, so an excursion that crossed the line
+    early in a minute waited for its end, and the mean of a minute that began before it lagged
+    behind (the generated suites' HBM heating was reported 33-77 s after it was 7 °C over).
+    Judged, not learned: the detector still learns whole minutes only."""
+    recent = w.recent
+    if len(recent) < (recent.maxlen or 0):
+        return None
+    spec = w.spec
+    mean = sum(recent) / len(recent)
+    if not (mean > w.high + spec.min_change or mean < w.low - spec.min_change):
+        return None
+    score = w.det.novelty(mean)
+    return _finding(st, spec, mean, score, (w.low, w.high)) if score >= spec.threshold else None
 
 
 def _finding(st: GpuState, spec: MetricSpec, mean: float, score: float, seen: tuple[float, float]) -> Finding:

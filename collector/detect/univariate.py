@@ -131,6 +131,14 @@ class UnivariateDetector:
         self.past: deque[tuple[int, float]] = deque()  # (step, score), scores decreasing: the window's maximum first
         self.raw = 0.0  # the last value's score before onset gating (0 during probation)
 
+    def novelty(self, value: float) -> float:
+        """How far ``value`` lies beyond every value seen so far, scored as :meth:`update` would
+        score it (capped at 1), without folding it in: a caller may ask of a value between its
+        regular steps (the general detector, of a sliding minute) at no cost to the series."""
+        if self.n <= self.probation:
+            return 0.0
+        return min(1.0, _novelty((value - self.lo) * self.scale, self.seen_min, self.seen_max))
+
     def _bin(self, x: float) -> int:
         return min(self.bins - 1, max(0, int(x * self.bins)))
 
