@@ -252,3 +252,19 @@ def test_a_leak_that_fills_the_gpu_within_half_an_hour_is_judged_on_30_s_and_a_s
     found = run(trace(480, 2, make))
     assert kinds(found) == [("memory_leak", "GPU-n0-1")]
     assert 300 < found[0].start - T0 <= 300 + 35 and found[0].severity == "critical"
+
+
+def test_a_leak_that_fills_the_gpu_within_two_hours_is_judged_on_30_s_and_a_jagged_rise_is_not_one() -> None:
+    """20 MiB/s with about 70 GiB free (an hour to OOM, a warning): found about 30 s in, where a
+    minute of it was asked before. A rise in steps (an allocator growing its pool by 300 MiB every
+    15 s, three times), and a 40-s rise read with 900 MiB of jitter, are not a line: quiet."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        into = max(0.0, t - 300)
+        if g == 0:
+            return record(t, g, fb=0.5 * TOTAL + into * 20.0)
+        if g == 1:
+            return record(t, g, fb=0.5 * TOTAL + min(into // 15, 3) * 300.0)
+        return record(t, g, fb=0.5 * TOTAL + min(into, 40) * 20.0 + (900.0 if int(t) % 2 else 0.0))
+    found = run(trace(480, 3, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-0")]
+    assert 300 < found[0].start - T0 <= 300 + 35 and found[0].severity == "warning"
