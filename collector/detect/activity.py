@@ -27,8 +27,8 @@ is told from behaviour):
   10 s with the process alive is the idle detector's case, after its own wait: a job that
   finished but holds the GPU); a launch-bound phase (utilisation far above SM
   activity: the launch-bound detector's case, which names the remedy); a copy (PCIe
-  traffic above ``COPYING`` that lands in device memory: a checkpoint or weights moving; the fall is judged from when
-  the copy ends).
+  traffic above ``COPYING`` that lands in device memory: a checkpoint going out, judged from when the copy ends;
+  one coming in is a weights load for a minute, and past that the job's input arriving slower than it computes).
 * A **demand-driven** workload (serving) moves with its traffic, which differs between
   replicas (sticky sessions, cache-aware routing, regions) and over the day, so lower
   activity than before or than its peers is not by itself a fault. It is evidence of
@@ -94,6 +94,15 @@ _CPU_STARVED = ("contention", "throttled")
 _YOUNG_S = 60.0  # a level not yet established: its highest block of this long ago is where it fell from
 _NEW_CAUSE_S = 20.0  # a reported fall's host evidence is weighed again over this window for a new cause ...
 _NEW_CAUSE_HOLD_S = 10.0  # ... which must name the same new cause this long
+# host-to-device copies that go on this long while the GPU falls are the job's input, not a weights load
+# (a model's weights load at its start, before it has a level, or with a new memory footprint: a new phase)
+INPUT_COPY_S = 60.0
+# ... while the job still runs its steps between them: SM activity at least this fraction of its level.
+# A copy stage that does no SM work at all is a transfer the job makes as its work (an ETL job's slot,
+# a dataset staged onto the GPU), judged from when it ends. Where the line sits: the tuning generator's
+# ETL copy slots run at 0.6-1.9% of their level, the real traces u and x (each step's batch copied
+# from pageable host memory) at 8% and 16%
+INPUT_WORK = 0.05
 _DUTY_BACK_S = (60.0, 45.0, DUTY_S + 2.0)  # how far back a lone GPU's bursts between waits are looked for
 
 
@@ -146,8 +155,9 @@ def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
     steady job when it is deep and the host names a cause (the real H200 trace i: a stall 20 s into
     a job, 84% down), or when since it left that level the job has worked in bursts at it between
     idle waits for 30 s (``ActivityLevel.duty_cycled``: a job whose input cannot keep up, the real
-    H200 traces j and m, whose host showed no cause: its loader sleeps while it reads). Judged
-    from when it left that level, on the evidence since then."""
+    H200 traces j and m, whose host showed no cause: its loader sleeps while it reads), or when
+    host-to-device copies went on for ``INPUT_COPY_S`` (its input over PCIe). Judged from when it
+    left that level, on the evidence since then."""
     lv = st.level
     if not lone or lv.plateau_blocks == 0 or st.evidence.serves():
         return False
@@ -156,7 +166,10 @@ def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
         return False
     since = lv.left_plateau(ref, ts, _YOUNG_S)
     found = verdict(st, since, ts)
-    if lv.fast < YOUNG_DEEP * ref and found is not None and found.host_side:
+    # its input arriving over PCIe for a minute names a cause as the host's readings do (the real H200
+    # trace u: pageable host-to-device copies 50 s into a job, SM activity 0.035 of 0.43)
+    fed = _fed(st, ts, ref)
+    if lv.fast < YOUNG_DEEP * ref and ((found is not None and found.host_side) or fed):
         lv.start_episode(since, ref, "steady", True, lead=ts - since, fallen=fallen)
         return True
     if (found is None or found.cause != "demand") and lv.duty_cycled(since, ts, ref):
@@ -373,10 +386,23 @@ def _settling(lv: ActivityLevel, ts: float) -> bool:
     return bool(lv.recent) and min(lv.recent[-1][1], lv.fast) < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0)
 
 
+def _fed(st: GpuState, ts: float, ref: float) -> bool:
+    """Whether the job's input has been arriving over PCIe for ``INPUT_COPY_S`` while it still runs
+    its steps between the copies (``INPUT_WORK``)."""
+    return st.h2d_since >= 0 and ts - st.h2d_since >= INPUT_COPY_S and st.level.fast >= INPUT_WORK * ref
+
+
 def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
     """What makes a low SM activity something other than a slower job, now (None: nothing)."""
     if st.level.idle(st.last_ts):
         return "idle"  # no kernel at all: the idle detector's case
+    lv = st.level
+    if copying(st) and st.h2d_since >= 0 and lv.fast >= INPUT_WORK * (lv.ep_ref or lv.level):
+        # a job's input over PCIe, its steps still running between the copies: copies keep utilisation up
+        # with little SM work (the real H200 trace u: pageable host-to-device copies at 15 GiB/s read
+        # utilisation 40% against SM activity 0.035), so this is no launch-bound phase, as the launch
+        # detector says too
+        return "copy"
     if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow and not hung(st, cfg):
         return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
     if copying(st):
@@ -417,8 +443,14 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     elif not _start(st, ts, cfg, _mode(lv, svc_peers), not svc_peers and not pod_peers):
         return None
     why = _explained(st, cfg)
+    if why == "copy" and st.h2d_since >= 0 and lv.fast >= INPUT_WORK * (lv.ep_ref or lv.level):
+        # host to device: a weights load (judged from the fall's start once it has gone on for a minute),
+        # or, past that, the job's input arriving over PCIe slower than it computes
+        if ts - st.h2d_since < INPUT_COPY_S:
+            return None
+        why = None
     if why == "copy":
-        # judged from when the copy ends
+        # a checkpoint going out: judged from when the copy ends
         lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported, waits=lv.ep_waits,
                          fallen=lv.ep_fallen)
         return None
@@ -550,6 +582,10 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
                          if depth > DEEP else ""))
     if lv.ep_excused:
         causes.append(f"{lv.ep_excused:.0f} s of it looked like dips the job recovered from before (not counted)")
+    if _fed(st, ts, ref):
+        causes.append(f"host-to-device copies at {st.pcie / 2**30:.1f} GiB/s for {ts - st.h2d_since:.0f} s while "
+                      "the GPU waits: the job's input arrives over PCIe slower than it computes (pageable host "
+                      "memory? pin it and copy ahead on a side stream, or keep the data on the GPU)")
     found = verdict(st, lv.ep_start, ts)
     if found is not None and found.cause not in ("none", "no_evidence"):
         causes.append(found.text)

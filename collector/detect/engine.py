@@ -160,8 +160,13 @@ class DetectionEngine:
         st.clock = m.get(SM_CLOCK)
         st.temp = m.get(GPU_TEMP)
         st.reasons = int(m.get(CLOCKS_EVENT_REASONS, 0))
-        st.pcie = m.get(PCIE_TX_BYTES, 0.0) + m.get(PCIE_RX_BYTES, 0.0)
+        rx = m.get(PCIE_RX_BYTES, 0.0)
+        st.pcie = m.get(PCIE_TX_BYTES, 0.0) + rx
         st.dram = m.get(DRAM_ACTIVE)
+        if not launch.copying(st) or rx < 0.5 * st.pcie:
+            st.h2d_since = -1.0
+        elif st.h2d_since < 0:
+            st.h2d_since = ts
         st.evidence.observe(ts, m)
         return self._judge(st, ts, m)
 

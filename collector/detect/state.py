@@ -51,6 +51,7 @@ class GpuState:
     slow_ts: float = -1e18  # when the clock and temperature baselines last learned
     sm_rel: float = 1.0  # recent SM activity / own working level, for peers to compare against
     pcie: float = 0.0  # PCIe traffic, bytes/s, both directions (0 where not reported)
+    h2d_since: float = -1.0  # since when a copy has mostly gone host to device without a pause (-1: none)
     dram: float | None = None  # DRAM activity (ratio), where reported
     # launch-bound: slow means of utilisation (ratio 0-1) and SM activity, and when last folded
     util_slow: float = -1.0

@@ -524,6 +524,51 @@ def test_idle_memory_bound_and_copy_bound_phases_are_not_launch_bound() -> None:
     assert run(trace(600, 3, make)) == []
 
 
+def _copies(rx: float, tx: float, seconds: int, sm: float = 0.25, at: int = 600) -> list[Anomaly]:
+    """A lone training job at 0.9 for ``at`` seconds, then ``seconds`` at ``sm`` with PCIe traffic
+    of ``rx`` bytes/s host to device and ``tx`` device to host (landing in device memory: DRAM
+    busy; copies keep utilisation up, 40% as the real H200 read), then back at 0.9."""
+    def make(t: float, g: int) -> GpuRecord:
+        if at <= t < at + seconds:
+            return record(t, g, sm=sm, pod="", PROF_PCIE_RX_BYTES=rx, PROF_PCIE_TX_BYTES=tx, PROF_DRAM_ACTIVE=0.02,
+                          DEV_GPU_UTIL=40)
+        return record(t, g, sm=0.9, pod="", PROF_PCIE_RX_BYTES=2e7, PROF_PCIE_TX_BYTES=2e7, PROF_DRAM_ACTIVE=0.5,
+                      DEV_GPU_UTIL=95)
+    return run(trace(at + seconds + 120, 1, make))
+
+
+def test_a_job_fed_over_pcie_slower_than_it_computes_is_a_drop() -> None:
+    """Each step first copies its batch from pageable host memory: host-to-device traffic for as
+    long as the fall lasts. A copy was taken for a checkpoint or a weights load, and the fall was
+    judged from when it ended: a job whose input bottleneck is the copy was never reported."""
+    found = _copies(12e9, 1e8, 180)
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 600 < found[0].start - T0 <= 600 + 70
+    assert any("host-to-device copies" in c for c in found[0].causes)
+
+
+def test_a_young_job_fed_over_pcie_is_a_drop_and_its_copies_are_not_launch_bound() -> None:
+    """The real H200 trace u: pageable copies of each step's batch 50 s into a job (its level too
+    young to count), read at 15 GiB/s host to device, SM activity 0.035 of 0.43 and utilisation
+    40%: the fall was taken for launch-bound work (utilisation far above SM activity), which the
+    launch detector then refused as a copy, and nothing was reported."""
+    found = _copies(15e9, 1e9, 70, sm=0.9 * 0.035 / 0.43, at=50)  # (u's job: 8% of its level)
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 50 < found[0].start - T0 <= 50 + 70
+
+
+def test_a_checkpoint_going_out_a_weights_load_and_a_copy_stage_with_no_steps_are_quiet() -> None:
+    """A checkpoint (device to host) of three minutes is judged from when it ends, and a weights
+    load (host to device) of 45 s is shorter than the minute an input copy must last. Four minutes
+    of host-to-device copies with no SM work between them (1% of the level: an ETL job's transfer
+    slot, a dataset staged onto the GPU) are a copy the job makes as its work, not a training loop
+    waiting for each batch: the tuning generator's ETL slots, 13 false drops when the first rule for
+    pageable input (ce46171) took them for one."""
+    assert _copies(1e8, 1.5e9, 180) == []
+    assert _copies(12e9, 1e8, 45) == []
+    assert _copies(12e9, 1e8, 240, sm=0.009) == []
+
+
 def test_a_training_job_whose_gpu_work_hangs_is_a_throughput_drop_not_launch_bound() -> None:
     """A kernel resident all the time on a sliver of the SMs (a collective waiting for a dead peer):
     utilisation pinned at 100% has no launch gaps, so it is not launch-bound work; the job's fall

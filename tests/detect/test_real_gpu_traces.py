@@ -383,7 +383,7 @@ def test_trace_t_held_out_five_of_five() -> None:
     _scored("t", [])
 
 
-def test_trace_u_held_out_three_of_four_its_pcie_fed_input_missed() -> None:
+def test_trace_u_held_out_three_of_four_its_pcie_fed_input_found_since() -> None:
     """Variant u, written in the fifteenth session before any detector saw it (c34527f) and scored
     once at its recording: 3 of 4 (stall 61 s, leak 30 s, launch-bound 62 s), nothing on its normal
     phases (a checkpoint, an evaluation, a serving wave, a 10-s copy). Missed: its new incident, each
@@ -391,8 +391,10 @@ def test_trace_u_held_out_three_of_four_its_pcie_fed_input_missed() -> None:
     0.43, utilisation 40%) 50 s into the job. It reads as a copy-bound phase, which the tuning
     generator's ETL jobs have as normal work (host-to-device copies for minutes at SM activity
     0.01); a rule that reported it added 13 false drops there, and was reverted
-    (docs/gpu-validation.md)."""
-    _scored("u", ["h2d"])
+    (docs/gpu-validation.md). Found since 2026-12-05 (docs/benchmarks.md, round 18; u and x are
+    tuned on): host-to-device copies for a minute are the job's input when its steps still run
+    between them (SM activity at least 5% of its level: u's is at 8%, the ETL slots' at 2% or less)."""
+    _scored("u", [])
 
 
 def _at_interval(interval: float) -> tuple[int, int, list[tuple[str, str]], dict[str, int]]:
@@ -427,7 +429,7 @@ def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> N
     assert (found, total, false) == (97, 109, [])
     assert per["leak"] == 25
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (85, 109, [])
+    assert (found, total, false) == (87, 109, [])  # (85 before u's and x's pageable input, round 18)
 
 
 def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
@@ -462,7 +464,7 @@ def test_trace_w_held_out_on_an_h100_sampled_every_5_s_three_of_four_now_four() 
     _scored("w", [], gpu="h100")
 
 
-def test_trace_x_held_out_on_an_h100_four_of_five_its_pageable_input_missed() -> None:
+def test_trace_x_held_out_on_an_h100_four_of_five_its_pageable_input_found_since() -> None:
     """Variant x, written in the seventeenth session before any detector saw it and scored once at
     its recording in the eighteenth: an H100 at the agent's own intervals. 4 of 5 (a loader in
     3-s bursts 31 s, contention from 12 burners 5 s, leak 33 s, launch-bound 63 s), nothing on its
@@ -471,8 +473,10 @@ def test_trace_x_held_out_on_an_h100_four_of_five_its_pageable_input_missed() ->
     phase, which generated ETL jobs have as normal work (test_trace_u_...). The contention's 5 s
     was wrong: 5 s after the loader's anomaly closed, a minute of samples back (the loader's bursts
     among them) read as a job waiting for its input, and the contention's anomaly opened at once
-    with a start inside the loader's. Since then it is found 56 s in, timed from its own start."""
-    _scored("x", ["h2d"], gpu="h100")
+    with a start inside the loader's. Since then it is found 56 s in, timed from its own start.
+    The pageable input is found since round 18 (63 s in; its steps run at 16% of the level between
+    the copies), as u's is (test_trace_u_...)."""
+    _scored("x", [], gpu="h100")
 
 
 def test_trace_y_held_out_on_an_h100_sampled_every_5_s_three_of_four_now_four() -> None:
