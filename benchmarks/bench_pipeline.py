@@ -505,16 +505,24 @@ def build_fleet(gpus: int, seconds: int, window: int, fleets: int, start: float)
             "generate_s": round(t_gen, 2), "encode_s": round(t_enc, 2)}
 
 
-async def produce_backlog(bootstrap: str, fleet: dict[str, Any]) -> dict[str, Any]:
-    """All frames to the topic, interleaved in time (frame i of every GPU, then i+1...)."""
+async def produce_backlog(bootstrap: str, fleet: dict[str, Any], as_agent: bool = False) -> dict[str, Any]:
+    """All frames to the topic, interleaved in time (frame i of every GPU, then i+1...).
+
+    ``as_agent``: as the agent sends them since issue 16 item 1, keyed by node with the node and
+    instance headers; otherwise keyed by GPU with the type header alone (an older agent's shape,
+    whose delta frames the collector matches by GPU and sequence number)."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="zstd", linger_ms=50,
                                 max_batch_size=512 << 10, max_request_size=4 << 20, request_timeout_ms=60_000)
     await producer.start()
     frames: dict[int, list[bytes]] = fleet["frames"]
-    keys = {c.k: c.gpu.encode() for c in fleet["clones"]}
-    headers = [("type", b"frame")]
+    from telemetry.wire import MessageType, stream_headers
+
+    keys = {c.k: (c.node if as_agent else c.gpu).encode() for c in fleet["clones"]}
+    plain = [("type", b"frame")]
+    by_clone = {c.k: list(stream_headers(MessageType.FRAME, c.node, f"bench-{c.node}")) if as_agent else plain
+                for c in fleet["clones"]}
     depth = max(len(f) for f in frames.values())
     t0 = time.perf_counter()
     pending: list[asyncio.Future[Any]] = []
@@ -523,7 +531,7 @@ async def produce_backlog(bootstrap: str, fleet: dict[str, Any]) -> dict[str, An
         for i in range(depth):
             for k, fl in frames.items():
                 if i < len(fl):
-                    pending.append(await producer.send(TOPIC, fl[i], key=keys[k], headers=headers))
+                    pending.append(await producer.send(TOPIC, fl[i], key=keys[k], headers=by_clone[k]))
                     sent += 1
             if len(pending) >= 20_000:
                 await asyncio.gather(*pending)
@@ -837,7 +845,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {fleet['records']:,} records, {fleet['n_frames']:,} frames, "
               f"{fleet['frame_bytes'] / fleet['n_frames']:.0f} B/frame; generate {fleet['generate_s']} s, "
               f"encode {fleet['encode_s']} s", flush=True)
-        produced = await produce_backlog(infra.bootstrap, fleet)
+        produced = await produce_backlog(infra.bootstrap, fleet, args.as_agent)
         print(f"  produced {produced['messages']:,} messages in {produced['seconds']} s", flush=True)
 
         quiet = _wait_quiet(args.wait_quiet)
@@ -931,6 +939,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
             "machine": _machine(),
             "code": _code_state(),
             "parameters": {"gpus": args.gpus, "seconds": args.seconds, "sample_hz": 1.0, "window": args.window,
+                           "as_agent": args.as_agent,
                            "keyframe_every": KEYFRAME_EVERY, "base_fleets": args.base_fleets,
                            "base_gpus_per_fleet": BASE_GPUS, "partitions": args.partitions,
                            "collector_max_batch": args.max_batch, "producer_compression": "zstd",
@@ -1484,6 +1493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     i.add_argument("--gpus", type=int, default=2000)
     i.add_argument("--seconds", type=int, default=240, help="seconds of 1 Hz samples per GPU")
     i.add_argument("--window", type=int, default=10, help="records per frame")
+    i.add_argument("--as-agent", action="store_true",
+                   help="key frames by node with the node and instance headers, as the agent sends them "
+                        "(default: by GPU with the type header alone, an older agent's shape)")
     i.add_argument("--timeout", type=float, default=330)
     i.add_argument("--profile", help="run the collector under cProfile, stats to this path")
 
