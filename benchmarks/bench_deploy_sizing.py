@@ -108,7 +108,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await infra.create_topics()
         start = time.time() - args.seconds - 120
         fleet = build_fleet(args.gpus, args.seconds, args.window, args.base_fleets, start)
-        produced = await produce_backlog(infra.bootstrap, fleet)
+        produced = await produce_backlog(infra.bootstrap, fleet, as_agent=True)  # keyed by node, with its headers
         progress = Progress(infra.bootstrap, args.partitions)
         await progress.start()
         # the collector as the chart runs it: detection and the REST API on
