@@ -386,10 +386,15 @@ def _settling(lv: ActivityLevel, ts: float) -> bool:
     return bool(lv.recent) and min(lv.recent[-1][1], lv.fast) < 0.8 * lv.mean_between(ts - 25.0, ts - 10.0)
 
 
+def _input_copy(st: GpuState, ref: float) -> bool:
+    """Whether the GPU is copying host to device while the job still runs its steps between the
+    copies (``INPUT_WORK`` of ``ref``): its input arriving over PCIe, not a copy stage of its own."""
+    return st.h2d_since >= 0 and copying(st) and st.level.fast >= INPUT_WORK * ref
+
+
 def _fed(st: GpuState, ts: float, ref: float) -> bool:
-    """Whether the job's input has been arriving over PCIe for ``INPUT_COPY_S`` while it still runs
-    its steps between the copies (``INPUT_WORK``)."""
-    return st.h2d_since >= 0 and ts - st.h2d_since >= INPUT_COPY_S and st.level.fast >= INPUT_WORK * ref
+    """Whether the job's input has been arriving over PCIe for ``INPUT_COPY_S``."""
+    return _input_copy(st, ref) and ts - st.h2d_since >= INPUT_COPY_S
 
 
 def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
@@ -397,12 +402,12 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
     if st.level.idle(st.last_ts):
         return "idle"  # no kernel at all: the idle detector's case
     lv = st.level
-    if copying(st) and st.h2d_since >= 0 and lv.fast >= INPUT_WORK * (lv.ep_ref or lv.level):
+    if _input_copy(st, lv.ep_ref or lv.level):
         # a job's input over PCIe, its steps still running between the copies: copies keep utilisation up
         # with little SM work (the real H200 trace u: pageable host-to-device copies at 15 GiB/s read
         # utilisation 40% against SM activity 0.035), so this is no launch-bound phase, as the launch
         # detector says too
-        return "copy"
+        return "input"
     if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow and not hung(st, cfg):
         return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
     if copying(st):
@@ -443,7 +448,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     elif not _start(st, ts, cfg, _mode(lv, svc_peers), not svc_peers and not pod_peers):
         return None
     why = _explained(st, cfg)
-    if why == "copy" and st.h2d_since >= 0 and lv.fast >= INPUT_WORK * (lv.ep_ref or lv.level):
+    if why == "input":
         # host to device: a weights load (judged from the fall's start once it has gone on for a minute),
         # or, past that, the job's input arriving over PCIe slower than it computes
         if ts - st.h2d_since < INPUT_COPY_S:
