@@ -339,6 +339,26 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "z": {"train": (("train", 25.0), ("stall", 72.0), ("train", 15.0), ("leak", 45.0)),
           "tools": (),
           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.5, "burners": 0, "leak_every_s": 2.0, "leak_gib": 0.5},
+    # "aa": the twenty-sixth run, written in the twentieth session (2026-12-06) before any detector saw it
+    # and to be scored once when recorded, at the agent's own intervals: a 10-s checkpoint, contention from
+    # 14 CPU burners straight after the job's level has held 22 s, an 18-s evaluation, a stall of 2.2
+    # steps' wait, a leak of 0.45 GiB every 2 s for 40 s; then a new process serving a 12-s demand wave
+    # (25 s) and launch-bound work with 1,800 tiny kernels per sync
+    "aa": {"train": (("train", 30.0), ("checkpoint", 10.0), ("train", 22.0), ("contention", 65.0), ("train", 20.0),
+                     ("eval", 18.0), ("train", 20.0), ("stall", 65.0), ("train", 22.0), ("leak", 40.0)),
+           "tools": (("serve", 25.0), ("launch", 65.0)),
+           "gpu_s": 0.075, "cpu_s": 0.055, "stall_steps": 2.2, "burners": 14, "leak_every_s": 2.0,
+           "leak_gib": 0.45, "serve_period_s": 12.0, "launch_batch": 1800},
+    # "ab": the twenty-seventh run, written in the twentieth session (2026-12-06) before any detector saw
+    # it and to be scored once when recorded, with the agent sampling every 2 s (GPUWATCH_BUSY_INTERVAL=2):
+    # a 12-s evaluation, a loader falling behind in bursts (4 s of steps, 4 s of waits), a slow drift
+    # (each step waits longer for 40 s, then holds at 2 steps' wait), a leak of 0.3 GiB every 1.5 s for
+    # 40 s; one training process, no other
+    "ab": {"train": (("train", 25.0), ("eval", 12.0), ("train", 20.0), ("hiccup", 65.0), ("train", 20.0),
+                     ("drift", 75.0), ("train", 20.0), ("leak", 40.0)),
+           "tools": (),
+           "gpu_s": 0.07, "cpu_s": 0.06, "stall_steps": 2.0, "burners": 0, "leak_every_s": 1.5,
+           "leak_gib": 0.3, "drift_steps": 2.0, "drift_ramp_s": 40.0, "hiccup_run_s": 4.0, "hiccup_wait_s": 4.0},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
