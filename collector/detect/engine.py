@@ -33,6 +33,7 @@ from collector.detect import activity, errors, general, launch, memory, throttle
 from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKey, AnomalyKind
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
+from collector.detect.peers import Groups
 from collector.detect.state import GpuState
 from telemetry.clocks import POWER, THERMAL, ClockEventReason
 from telemetry.keys import (
@@ -125,8 +126,8 @@ class DetectionEngine:
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.cfg = config or DetectorConfig()
         self.gpus: dict[GpuId, GpuState] = {}
-        self.pods: dict[str, dict[str, GpuState]] = {}
-        self.services: dict[str, dict[str, GpuState]] = {}
+        self.pods = Groups()
+        self.services = Groups()
         self.service_changed: dict[str, float] = {}  # when a replica last joined or restarted
         self.records = 0
 
@@ -239,7 +240,7 @@ class DetectionEngine:
             self.gpus[st.gpu] = st
             for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
                 if key is not None:
-                    groups.setdefault(key, {})[st.gpu] = st
+                    groups.add(key, st)
             opened.extend(a for a, _ in st.open.values())
         for key, ts in state.service_changed.items():
             self.service_changed[key] = max(ts, self.service_changed.get(key, -1e18))
@@ -251,11 +252,8 @@ class DetectionEngine:
         for st in gone:
             del self.gpus[st.gpu]
             for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
-                members = groups.get(key) if key is not None else None
-                if members is not None:
-                    members.pop(st.gpu, None)
-                    if not members:
-                        del groups[key]  # type: ignore[arg-type]
+                if key is not None:
+                    groups.remove(key, st.gpu)
         return [a for st in gone for a, _ in st.open.values()]
 
     # ---- state ----
@@ -281,25 +279,23 @@ class DetectionEngine:
         if (ns, pod, svc) == (st.namespace, st.pod, st.service):
             return
         for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
-            if key is not None and key in groups:
-                groups[key].pop(st.gpu, None)
+            if key is not None:
+                groups.remove(key, st.gpu)
         st.set_identity(ns, pod, svc)
         for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
             if key is not None:
-                groups.setdefault(key, {})[st.gpu] = st
+                groups.add(key, st)
         if st.service_key is not None:
             self.service_changed[st.service_key] = ts  # a replica joined
 
-    def _peers(self, groups: dict[str, dict[str, GpuState]], key: str | None, st: GpuState,
-               ts: float) -> list[GpuState]:
+    @staticmethod
+    def _peers(groups: Groups, key: str | None, st: GpuState, ts: float) -> list[GpuState]:
         if key is None:
-            return []
-        members = groups.get(key)
-        if not members or len(members) < 2:
             return []
         # peers sampled at about the same time: a partition delivered minutes late replays its GPUs'
         # past while their peers are already at the present (and the other way round)
-        return [p for p in members.values() if p is not st and -_PEER_S < ts - p.last_ts < _PEER_S and p.pids]
+        return [p for p in groups.candidates(key, st) if p is not st and -_PEER_S < ts - p.last_ts < _PEER_S
+                and p.pids]
 
     def _judge(self, st: GpuState, ts: float, m: dict[str, float]) -> list[Change]:
         """Every detector on one record. Why the guards before the calls: a replay judges tens of
@@ -369,7 +365,7 @@ class DetectionEngine:
                 svc_key = st.service_key
                 svc_peers = [p for p in self._peers(self.services, svc_key, st, ts) if p.pod_key != st.pod_key]
                 unseen = not pod_peers and st.pod_key is not None and any(
-                    p is not st and p.pids for p in self.pods.get(st.pod_key, {}).values())
+                    p is not st and p.pids for p in self.pods.candidates(st.pod_key, st))
                 perf = activity.throughput(st, ts, cfg, pod_peers, svc_peers,
                                            self.service_changed.get(svc_key, -1e18) if svc_key else -1e18, unseen)
         else:
