@@ -28,6 +28,10 @@ class Groups:
         self.members: dict[str, dict[str, GpuState]] = {}
         self._version: dict[str, int] = {}
         self._samples: dict[tuple[str, str], tuple[int, tuple[GpuState, ...]]] = {}
+        # a large group's members in GPU-id order and by node, built once per membership version and
+        # shared by its members' samples (each member's own sort would cost N log N a member, N^2 log N
+        # a change, in a service of thousands of replicas that restarts a pod every few seconds)
+        self._ordered: dict[str, tuple[int, list[GpuState], dict[str, list[GpuState]]]] = {}
 
     def add(self, key: str, st: GpuState) -> None:
         self.members.setdefault(key, {})[st.gpu] = st
@@ -43,6 +47,7 @@ class Groups:
         else:
             del self.members[key]
             self._version.pop(key, None)
+            self._ordered.pop(key, None)
 
     def get(self, key: str) -> dict[str, GpuState]:
         return self.members.get(key, {})
@@ -59,21 +64,37 @@ class Groups:
         cached = self._samples.get((key, st.gpu))
         if cached is not None and cached[0] == version:
             return cached[1]
-        chosen = _sample(st, members)
+        shared = self._ordered.get(key)
+        if shared is None or shared[0] != version:
+            ordered = sorted(members.values(), key=lambda p: p.gpu)
+            by_node: dict[str, list[GpuState]] = {}
+            for p in ordered:
+                by_node.setdefault(p.node, []).append(p)
+            shared = self._ordered[key] = (version, ordered, by_node)
+        chosen = _sample(st, shared[1], shared[2])
         self._samples[(key, st.gpu)] = (version, chosen)
         return chosen
 
 
-def _sample(st: GpuState, members: dict[str, GpuState]) -> tuple[GpuState, ...]:
-    """``MAX_PEERS`` of ``st``'s peers: its node's first, then evenly spaced over the rest in
-    GPU-id order from a start that depends on ``st`` alone (CRC-32, not Python's salted hash)."""
-    others = sorted((p for p in members.values() if p is not st), key=lambda p: p.gpu)
-    near = [p for p in others if p.node == st.node][:MAX_PEERS]
-    far = [p for p in others if p.node != st.node]
-    room = MAX_PEERS - len(near)
-    if room <= 0 or not far:
+def _sample(st: GpuState, ordered: list[GpuState], by_node: dict[str, list[GpuState]]) -> tuple[GpuState, ...]:
+    """``MAX_PEERS`` of ``st``'s peers: its node's first, then evenly spaced over the others in
+    GPU-id order (``ordered``: the whole group) from a start that depends on ``st`` alone (CRC-32,
+    not Python's salted hash); a pick on its own node moves on to the next member. Costs about
+    ``MAX_PEERS`` steps, not the group's size."""
+    near = [p for p in by_node.get(st.node, ()) if p is not st][:MAX_PEERS]
+    far = len(ordered) - len(by_node.get(st.node, ()))
+    room = min(MAX_PEERS - len(near), far)
+    if room <= 0:
         return tuple(near)
-    start = zlib.crc32(st.gpu.encode()) % len(far)
-    step = len(far) / room
-    picked = {(start + int(i * step)) % len(far) for i in range(min(room, len(far)))}
-    return tuple(near) + tuple(far[i] for i in sorted(picked))
+    n = len(ordered)
+    start = zlib.crc32(st.gpu.encode()) % n
+    step = n / room
+    picked: list[int] = []
+    taken: set[int] = set()
+    for i in range(room):
+        at = (start + int(i * step)) % n
+        while at in taken or ordered[at].node == st.node:
+            at = (at + 1) % n
+        taken.add(at)
+        picked.append(at)
+    return tuple(near) + tuple(ordered[i] for i in sorted(picked))

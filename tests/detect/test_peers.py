@@ -62,3 +62,24 @@ def test_a_straggler_in_a_pod_of_64_gpus_is_found_from_its_sample() -> None:
 
     found = kinds(run(trace(240, 64, make)))
     assert found == [("straggler", "GPU-n3-5")]
+
+
+def test_every_sample_is_full_distinct_and_its_own_node_first() -> None:
+    """Whatever the group's shape (a few large nodes, many small ones): a sample holds min(32, N - 1)
+    distinct peers, never the GPU itself, its own node's first."""
+    rng = random.Random(11)
+    for _ in range(40):
+        nodes, per_node = rng.randint(1, 60), rng.randint(1, 40)
+        members = _fleet(nodes, per_node)
+        if len(members) <= MAX_PEERS + 1:
+            continue
+        groups = Groups()
+        for st in members:
+            groups.add("ns/svc", st)
+        for me in rng.sample(members, 5):
+            sample = list(groups.candidates("ns/svc", me))
+            assert len(sample) == min(MAX_PEERS, len(members) - 1)
+            assert me not in sample and len({p.gpu for p in sample}) == len(sample)
+            own = min(per_node - 1, MAX_PEERS)
+            assert all(p.node == me.node for p in sample[:own])
+            assert all(p.node != me.node for p in sample[own:])
