@@ -49,9 +49,6 @@ class Groups:
             self._version.pop(key, None)
             self._ordered.pop(key, None)
 
-    def get(self, key: str) -> dict[str, GpuState]:
-        return self.members.get(key, {})
-
     def candidates(self, key: str, st: GpuState) -> Iterable[GpuState]:
         """The members ``st`` is compared with (itself among them where the group is small):
         all of a small group's, a fixed sample of a large one's."""
