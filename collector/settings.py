@@ -96,6 +96,9 @@ class CollectorSettings(BaseSettings, KafkaSecurityFields):
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     detect: bool = Field(True, description="run anomaly detection on what this replica stores (off: ingest only, "
                          "for a fleet whose detection runs in replicas of its own)")
+    peer_interval: float = Field(5.0, ge=0, le=60, description="seconds between this replica's summaries of its "
+                                 "serving GPUs on <kafka_topic>.peers, which the other replicas compare a service's "
+                                 "replicas with (0: off; each replica then compares only the replicas it reads)")
 
     @model_validator(mode="after")
     def _dsn(self) -> CollectorSettings:

@@ -42,6 +42,9 @@ def register(subparsers: Any) -> None:
                    help="largest dead-letter message; longer ones are cut to fit (default 1 MiB)")
     p.add_argument("--stall-after-s", type=float,
                    help="a partition with messages waiting that delivers nothing this long is stalled (default 30)")
+    p.add_argument("--peer-interval", type=float, metavar="S",
+                   help="seconds between this replica's summaries of its serving GPUs on <topic>.peers, which the "
+                        "other replicas compare a service's replicas with (default 5; 0: off)")
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--no-detect", dest="detect", action="store_const", const=False,
                    help="store only: no anomaly detection in this replica (or GPUWATCH_DETECT=false)")
@@ -114,6 +117,7 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
     back through Kafka, until SIGTERM or SIGINT."""
     from collector import deadletter
     from collector.consumer import KafkaSource
+    from collector.peerlink import PeerLink
     from collector.replies import KafkaReplies
     from collector.store import positions
     from gpuwatch.collector_stack import CollectorOptions, CollectorStack
@@ -150,6 +154,9 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
         return consumer
 
     stack = CollectorStack(store, source, replies, options, stop=stop)
+    link = PeerLink(settings.kafka_bootstrap, settings.kafka_topic, stack.detection.engine,
+                    every_s=settings.peer_interval, client_kwargs=security) \
+        if settings.detect and settings.peer_interval > 0 else None
     try:
         # the API first: while Kafka is not reachable yet (it may start after the collector), /healthz
         # answers (alive), /readyz says why it is not ready, and the stored data can be read
@@ -161,11 +168,14 @@ async def serve(settings: Any, api_settings: Any = None, api_port_given: bool = 
                 return None if consumer.joined else f"the consumer has not joined group {consumer.group} yet"
 
             api = await stack.start_api(api_settings, api_port_given, taken=taken, lag=lambda: consumer.lag,
-                                        families=lambda: (*consumer.families(), *stack.detection.families()),
+                                        families=lambda: (*consumer.families(), *stack.detection.families(),
+                                                          *(link.families() if link else ())),
                                         not_ready=not_ready)
             print(f"gpuwatch collector: API on {api.url}/api/v1, web page {api.url}/, metrics {api.url}/metrics",
                   flush=True)
         await stack.start()
+        if link is not None and stack.runner is not None:
+            stack.add_task(link.run(stop), "the peers link", link.shutdown)
         if stack.runner is not None:
             print(f"gpuwatch collector: consuming {settings.kafka_topic} from {settings.kafka_bootstrap} "
                   f"into a {store.profile} PostgreSQL ({store.profile_reason})", flush=True)

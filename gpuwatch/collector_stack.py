@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -133,6 +133,12 @@ class CollectorStack:
         self._parts.add("the replies", self._stop_replies, most=10.0)
         self._parts.add("the consume loop", self._drain)
         self._parts.add("the source", self.source.shutdown, most=10.0)
+
+    def add_task(self, work: Coroutine[Any, Any, None], name: str, stop: Callable[[float], Awaitable[None]]) -> None:
+        """Run ``work`` beside the stack (it ends when :attr:`stop` is set); ``stop`` closes its
+        clients when the stack shuts down, before the background tasks are awaited."""
+        self._tasks.append(asyncio.create_task(work))
+        self._parts.add(name, stop, most=10.0)
 
     async def _connect(self) -> bool:
         """The replies, then the source (each may wait for its transport), unless stopped meanwhile."""

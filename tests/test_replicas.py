@@ -13,10 +13,14 @@ GPUs, leaks and launch-bound phases among the incidents), framed by the agent's 
 :class:`~agent.framing.Framer` (two records a frame, as at 1 Hz with the 1 s maximum delay),
 go to a topic of twelve partitions; three ``CollectorStack`` replicas of one consumer group,
 each with its four partitions, store and judge them, and so does one replica of another group
-on another database. The anomalies (kind, GPU, start within 1 s) are the same, but for
-``throughput_drop``: a serving replica's step is judged against its service's other
-replicas, which live on other nodes and so may be another collector's (docs/architecture.md,
-"Partitions and replicas", says what is left).
+on another database. The three replicas tell each other of their serving GPUs through the
+peers topic (``collector.peerlink``). The anomalies (kind, GPU, start within 1 s) are the same,
+but for ``throughput_drop``: a serving replica's step is judged against its service's other
+replicas, which live on other nodes and so may be another collector's; their summaries come
+every 0.5 s of wall time while this replay runs at about a hundred times real time, so they
+arrive minutes of record time late or early. That the exchange gives one engine's answers is
+shown in record time by ``tests/detect/test_remote.py`` (docs/architecture.md, "Partitions and
+replicas").
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from agent.framing import Framer
 from collector import deadletter
 from collector.consumer import KafkaSource
 from collector.ingest import Inbound, Ingestor
+from collector.peerlink import PeerLink
 from collector.replies import KafkaReplies
 from collector.settings import ConsumerTuning
 from collector.store import Store, positions
@@ -114,6 +119,10 @@ async def _run(dsn: str, bootstrap: str, group: str, replicas: int, total: int,
     stacks = [_stack(s, bootstrap, group, rules) for s in stores]
     try:
         await asyncio.gather(*(s.start() for s in stacks))
+        links = [PeerLink(bootstrap, TOPIC, s.detection.engine, every_s=0.5, replica=f"{group}-{i}")
+                 for i, s in enumerate(stacks)] if replicas > 1 else []
+        for s, link in zip(stacks, links, strict=False):
+            s.add_task(link.run(s.stop), "the peers link", link.shutdown)
         share = PARTITIONS // replicas
 
         def balanced() -> bool | None:
@@ -131,7 +140,8 @@ async def _run(dsn: str, bootstrap: str, group: str, replicas: int, total: int,
                           details=lambda: [dict(s.ingestor.counters) for s in stacks])
         for s in stacks:
             await s.detection.flush()
-        return {"records": sum(s.ingestor.counters["records"] for s in stacks),
+        return {"absorbed": min((link.counters["absorbed"] for link in links), default=0),
+                "records": sum(s.ingestor.counters["records"] for s in stacks),
                 "dead": sum(s.ingestor.counters.get("dead_lettered", 0) for s in stacks),
                 "busy": sum(1 for s in stacks if s.ingestor.counters["records"] > 0)}
     finally:
@@ -144,6 +154,7 @@ def test_three_replicas_on_twelve_partitions_find_what_one_finds(kafka_broker: A
     broker = kafka_broker()
     create_topic(broker.bootstrap, TOPIC, partitions=PARTITIONS)
     create_topic(broker.bootstrap, f"{TOPIC}.dlq", partitions=1)
+    create_topic(broker.bootstrap, f"{TOPIC}.peers", partitions=1)
     messages, total = _fleet_messages()
     other = f"r{os.getpid()}_{int(time.time() * 1000) % 100000}"
     pg_server.execute(f'CREATE DATABASE "{other}" TEMPLATE template0 STRATEGY FILE_COPY')
@@ -158,6 +169,7 @@ def test_three_replicas_on_twelve_partitions_find_what_one_finds(kafka_broker: A
         pg_server.execute(f'DROP DATABASE IF EXISTS "{other}" WITH (FORCE)')
     assert three["records"] == one["records"] == total and three["dead"] == one["dead"] == 0
     assert three["busy"] == REPLICAS  # each replica held some of the fleet's nodes
+    assert three["absorbed"] > 0  # each replica took the others' serving GPUs as peers (collector/peerlink.py)
 
     def pod_level(anomalies: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
         return [a for a in anomalies if a[0] != "throughput_drop"]

@@ -34,6 +34,7 @@ from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKey, AnomalyKin
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
 from collector.detect.peers import Groups
+from collector.detect.remote import PeerSummary, Remote
 from collector.detect.state import GpuState
 from telemetry.clocks import POWER, THERMAL, ClockEventReason
 from telemetry.keys import (
@@ -130,6 +131,8 @@ class DetectionEngine:
         self.services = Groups()
         self.service_changed: dict[str, float] = {}  # when a replica last joined or restarted
         self.records = 0
+        # the other collector replicas' GPUs of the services judged here (collector.detect.remote)
+        self.remote = Remote(self.gpus, self.services, self.service_changed)
 
     # ---- input ----
     def feed(self, record: GpuRecord) -> list[Change]:
@@ -138,7 +141,7 @@ class DetectionEngine:
         ts = record.ts
         st = self.gpus.get(record.gpu)
         if st is None:
-            st = self.gpus[record.gpu] = GpuState(record.node, record.gpu, record.gpu_index)
+            st = self._new(record.node, record.gpu, record.gpu_index)
         if ts <= st.last_ts:
             # out of order or again for this GPU: the contract says the first does not happen; the
             # second does where a consumer re-reads past the state it took over (a restart)
@@ -175,7 +178,7 @@ class DetectionEngine:
         """An XID or GPU-lost event from the agent's event stream."""
         st = self.gpus.get(event.gpu)
         if st is None:
-            st = self.gpus[event.gpu] = GpuState(event.node, event.gpu)
+            st = self._new(event.node, event.gpu, None)
         finding: Finding | None = None
         if event.kind == "xid" and event.code:
             finding = errors.xid_finding(st, event.code, self.cfg)
@@ -237,6 +240,7 @@ class DetectionEngine:
         for st in state.gpus:
             if st.gpu in self.gpus:
                 continue
+            self.remote.drop(st.gpu)
             self.gpus[st.gpu] = st
             for groups, key in ((self.pods, st.pod_key), (self.services, st.service_key)):
                 if key is not None:
@@ -256,7 +260,22 @@ class DetectionEngine:
                     groups.remove(key, st.gpu)
         return [a for st in gone for a, _ in st.open.values()]
 
+    # ---- a service's replicas judged by other collector replicas ----
+    def summaries(self) -> list[PeerSummary]:
+        """What the other replicas need of this one's serving GPUs (publish every few seconds)."""
+        return self.remote.summaries()
+
+    def absorb(self, summaries: Iterable[PeerSummary]) -> int:
+        """Another replica's summaries: its GPUs become peers here as shadows (never judged here)."""
+        return self.remote.absorb(summaries)
+
     # ---- state ----
+    def _new(self, node: str, gpu: GpuId, index: int | None) -> GpuState:
+        """A GPU first judged here: a shadow of it (another replica judged it) gives way."""
+        self.remote.drop(gpu)
+        st = self.gpus[gpu] = GpuState(node, gpu, index)
+        return st
+
     def _identity(self, st: GpuState, record: GpuRecord, ts: float) -> None:
         procs = record.processes
         if len(procs) == 1 and len(st.pids) == 1 and procs[0].pid in st.pids:

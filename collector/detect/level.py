@@ -474,6 +474,11 @@ class ActivityLevel:
             anchor = self._anchor = self._quartile(means)
         return anchor
 
+    def peek_anchor(self) -> float:
+        """:meth:`step_anchor` without keeping it (what another replica is told: asking must not
+        change when this one computes its own)."""
+        return self._anchor if self._anchor >= 0 else self._quartile(self._window(self._anchor_ts))
+
     def anchor_at(self, ts: float) -> float:
         """The step anchor as it was at ``ts`` (a peer's, at the moment another replica stepped: what
         it rose from is where it sat then, not where its rise has since taken its own anchor). Asked

@@ -2,7 +2,7 @@
 
 What a cluster would run: the agent container of the rendered DaemonSet (its command, env
 and mounts, with ``--simulate 4``) sends frames to a real Kafka-protocol broker (tansu)
-with the three topics the chart documents; the collector container of the rendered
+with the four topics the chart documents; the collector container of the rendered
 Deployment consumes them into a real PostgreSQL; the first tokens are made with the
 commands NOTES.txt prints; a real Prometheus scrapes both as the rendered ServiceMonitors
 say (honorLabels, path, the bearer token, the target labels prometheus-operator adds) and
@@ -39,7 +39,7 @@ NODE = "gpu-node-live"
 AGENT_POD = "gpuwatch-agent-x7k2p"
 COLLECTOR_POD = "gpuwatch-collector-5d9f8-abcde"
 #: The topics docs/deploy.md tells users to create (name, partitions).
-TOPICS = (("gpu.telemetry", 3), ("gpu.telemetry.dlq", 1), ("gpu.telemetry.control", 1))
+TOPICS = (("gpu.telemetry", 3), ("gpu.telemetry.dlq", 1), ("gpu.telemetry.control", 1), ("gpu.telemetry.peers", 1))
 #: Labels Prometheus adds to every series it scrapes.
 PROMETHEUS_LABELS = frozenset({"instance", "job"})
 
