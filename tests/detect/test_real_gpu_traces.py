@@ -7,7 +7,7 @@
   (``leak``). The phase start times are in ``h200-incidents.phases.txt``.
 * ``h200-labelled.jsonl`` with ``h200-labelled.labels.json`` (benchmarks/gpu/record_labelled.py):
   every normal phase and incident of benchmarks/gpu/workload_labelled.py (variant a), and the
-  variants b to u (``h200-labelled-<v>.jsonl``) and v to y and ab (``h100-labelled-<v>.jsonl``: an
+  variants b to u (``h200-labelled-<v>.jsonl``) and v to ab (``h100-labelled-<v>.jsonl``: an
   H100; the agent sampling every 2 s for v and ab, 5 s for w and y) recorded as held-out traces, each
   scored once at its recording (docs/gpu-validation.md says which were then looked at). Every one
   is also scored re-sampled at 2 and 5 s (``test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds``).
@@ -425,12 +425,13 @@ def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> N
     the samples, and a 65-s launch-bound phase against its 60-s hold (docs/benchmarks.md, round 15).
     With the H100 traces w, x and y (13 incidents more) and a young level judged on half its work
     lost: 97 of 109 at 2 s, 85 of 109 at 5 s (docs/benchmarks.md, round 17). With ab (3 incidents,
-    recorded at 2 s on an H100 in the twentieth session): 100 of 112 at 2 s, 90 of 112 at 5 s."""
+    recorded at 2 s on an H100 in the twentieth session): 100 of 112 at 2 s, 90 of 112 at 5 s. With aa
+    and z (6 incidents, recorded on an H100 in the twenty-first session): 106 of 118 at 2 s, 95 at 5 s."""
     found, total, false, per = _at_interval(2.0)
-    assert (found, total, false) == (100, 112, [])
-    assert per["leak"] == 26
+    assert (found, total, false) == (106, 118, [])
+    assert per["leak"] == 28
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (90, 112, [])  # (85 of 109 before u's and x's pageable input, round 18)
+    assert (found, total, false) == (95, 118, [])  # (85 of 109 before u's and x's pageable input, round 18)
 
 
 def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
@@ -498,3 +499,21 @@ def test_trace_ab_held_out_on_an_h100_sampled_every_2_s_three_of_three() -> None
     behind in bursts (4 s of steps, 4 s of waits) 61 s, a slow drift (each step waiting longer for
     40 s, then 2 steps' wait) 68 s, a leak of 0.3 GiB every 1.5 s 24 s. Not looked at since."""
     _scored("ab", [], gpu="h100")
+
+
+def test_trace_aa_held_out_on_an_h100_at_the_agents_own_intervals_four_of_four() -> None:
+    """Variant aa, written in the twentieth session before any detector saw it (d10c33a) and scored
+    once at its recording in the twenty-first (docs/gpu-validation.md): an H100, the agent at its own
+    intervals, thirteen normal phases (a 13-s checkpoint, an 18-s evaluation, 25 s of serving on a 12-s
+    wave among them). 4 of 4, nothing on a normal phase: host contention from 14 CPU burners 61 s, an input stall
+    of 2.2 steps' wait 58 s, a leak of 0.45 GiB every 2 s 23 s, a launch-bound phase of 1,800
+    launches per sync 62 s. Not looked at since."""
+    _scored("aa", [], gpu="h100")
+
+
+def test_trace_z_held_out_on_an_h100_sampled_every_5_s_two_of_two() -> None:
+    """Variant z, written in the seventeenth session (y's sibling): its first recording scored 2 of 2
+    but its trace was lost on the way back from the GPU machine; recorded again in the twenty-first
+    session on an H100, the agent's busy interval 5 s: 2 of 2 again (stall 61 s, leak 38 s), nothing
+    on its normal phases."""
+    _scored("z", [], gpu="h100")
