@@ -85,8 +85,11 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     spool_max_mb: int = Field(512, ge=1, le=1 << 20, description="spool bound; the oldest frames go first")
     spool_segment_mb: float = Field(
         8.0, ge=0.0625, le=1024, description="spool segment size; the bound drops whole segments, oldest first")
-    frame_window: int = Field(10, ge=1, le=3600, description="records per frame at most")
+    frame_window: int = Field(10, ge=1, le=3600, description="records of one GPU per frame at most")
     frame_max_delay: float = Field(1.0, gt=0, le=60, description="seconds a record may wait for its frame")
+    frame_layout: Literal["node", "gpu"] = Field(
+        "node", description="one frame per node and flush (node), or one per GPU (gpu: for collectors that predate "
+        "node frames)")
     # a CPU profile of the Python processes on a GPU when a throughput drop opens there (agent.profiling)
     profile: bool = Field(False, description="take py-spy profiles when the collector asks (needs SYS_PTRACE)")
     profile_duration_s: float = Field(5.0, ge=1, le=60, description="length of one capture, s")

@@ -477,7 +477,31 @@ def _encode_clones(args: tuple[list[Clone], int]) -> tuple[list[tuple[int, list[
     return out, records, values, processes
 
 
-def build_fleet(gpus: int, seconds: int, window: int, fleets: int, start: float) -> dict[str, Any]:
+def _encode_nodes(args: tuple[list[list[Clone]], int]) -> tuple[list[tuple[int, list[bytes]]], int, int, int]:
+    """Worker: each node's clones encoded together as node frames, ``window`` records per GPU each."""
+    from telemetry.codec.node import NodeFrameEncoder
+
+    nodes, window = args
+    out: list[tuple[int, list[bytes]]] = []
+    records = values = processes = 0
+    for members in nodes:
+        runs = []
+        for c in members:
+            recs = [dataclasses.replace(r, gpu=c.gpu, node=c.node, ts=r.ts + c.phase) for r in _WORKER_STREAMS[c.base]]
+            runs.append(recs)
+            records += len(recs)
+            for r in recs:
+                values += sum(1 for v in r.metrics.values() if not (isinstance(v, float) and math.isnan(v)))
+                processes += len(r.processes)
+        enc = NodeFrameEncoder(keyframe_every=KEYFRAME_EVERY)
+        depth = max(map(len, runs))
+        frames = [enc.encode([r[i:i + window] for r in runs]) for i in range(0, depth, window)]
+        out.append((members[0].k, frames))
+    return out, records, values, processes
+
+
+def build_fleet(gpus: int, seconds: int, window: int, fleets: int, start: float,
+                layout: str = "gpu") -> dict[str, Any]:
     import multiprocessing as mp
 
     global _WORKER_STREAMS
@@ -487,12 +511,19 @@ def build_fleet(gpus: int, seconds: int, window: int, fleets: int, start: float)
     clones = _clones(gpus, len(streams))
     _WORKER_STREAMS = streams
     workers = max(1, min(os.cpu_count() or 1, 4))
-    chunks = [(clones[i::workers * 4], window) for i in range(workers * 4)]
     t1 = time.perf_counter()
     frames: dict[int, list[bytes]] = {}
     records = values = processes = 0
     with mp.get_context("fork").Pool(workers) as pool:
-        for out, r, v, p in pool.imap_unordered(_encode_clones, chunks):
+        if layout == "node":  # a node's clones together: one stream of node frames per node
+            by_node: dict[str, list[Clone]] = {}
+            for c in clones:
+                by_node.setdefault(c.node, []).append(c)
+            groups = list(by_node.values())
+            work = pool.imap_unordered(_encode_nodes, [(groups[i::workers * 4], window) for i in range(workers * 4)])
+        else:
+            work = pool.imap_unordered(_encode_clones, [(clones[i::workers * 4], window) for i in range(workers * 4)])
+        for out, r, v, p in work:
             frames.update(out)
             records += r
             values += v
@@ -737,6 +768,7 @@ async def stage_costs(bootstrap: str, fleet: dict[str, Any], gpus: int) -> dict[
     from collector.ingest import Inbound
     from collector.store.writer import prepare, validate
     from telemetry.codec import FrameDecoder, peek_header
+    from telemetry.codec.node import NodeFrameDecoder, is_node_frame, peek_node_header
 
     out: dict[str, Any] = {}
     # 1. Kafka: fetch the whole topic as the collector does (getmany of 5000, zstd, Inbound objects)
@@ -772,7 +804,12 @@ async def stage_costs(bootstrap: str, fleet: dict[str, Any], gpus: int) -> dict[
     t = time.process_time()
     for _k, frames in chosen:
         dec = FrameDecoder()
+        node_dec = NodeFrameDecoder()
         for f in frames:
+            if is_node_frame(f):  # --layout node: a node's GPUs in each frame
+                for group in node_dec.decode_checked(f, peek_node_header(f)):
+                    records.extend(group)
+                continue
             peek_header(f)
             records.extend(dec.decode(f))
     decode = time.process_time() - t
@@ -785,7 +822,7 @@ async def stage_costs(bootstrap: str, fleet: dict[str, Any], gpus: int) -> dict[
         prepare(records[i:i + 50_000])
     prep = time.process_time() - t
     per = {"kafka fetch + Inbound (aiokafka getmany, zstd)": out["kafka_fetch"]["cpu_us_per_record"],
-           "decode (peek_header + FrameDecoder.decode)": round(decode / len(records) * 1e6, 1),
+           "decode (peek_header + FrameDecoder.decode, or the node frame decoder)": round(decode / len(records) * 1e6, 1),
            "validate (Ingestor -> writer.validate, per record)": round(val / len(records) * 1e6, 1),
            "prepare (Store.write -> writer.prepare)": round(prep / len(records) * 1e6, 1)}
     out["records_timed"] = len(records)
@@ -841,11 +878,11 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
         await infra.create_topics()
         start = time.time() - args.seconds - 120  # recent samples: today's partition, like a catch-up
         print(f"rendering {args.gpus} GPUs x {args.seconds} s at 1 Hz (window {args.window}) ...", flush=True)
-        fleet = build_fleet(args.gpus, args.seconds, args.window, args.base_fleets, start)
+        fleet = build_fleet(args.gpus, args.seconds, args.window, args.base_fleets, start, args.layout)
         print(f"  {fleet['records']:,} records, {fleet['n_frames']:,} frames, "
               f"{fleet['frame_bytes'] / fleet['n_frames']:.0f} B/frame; generate {fleet['generate_s']} s, "
               f"encode {fleet['encode_s']} s", flush=True)
-        produced = await produce_backlog(infra.bootstrap, fleet, args.as_agent)
+        produced = await produce_backlog(infra.bootstrap, fleet, args.as_agent or args.layout == "node")
         print(f"  produced {produced['messages']:,} messages in {produced['seconds']} s", flush=True)
 
         quiet = _wait_quiet(args.wait_quiet)
@@ -939,7 +976,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
             "machine": _machine(),
             "code": _code_state(),
             "parameters": {"gpus": args.gpus, "seconds": args.seconds, "sample_hz": 1.0, "window": args.window,
-                           "as_agent": args.as_agent,
+                           "as_agent": args.as_agent or args.layout == "node", "layout": args.layout,
                            "keyframe_every": KEYFRAME_EVERY, "base_fleets": args.base_fleets,
                            "base_gpus_per_fleet": BASE_GPUS, "partitions": args.partitions,
                            "collector_max_batch": args.max_batch, "producer_compression": "zstd",
@@ -1496,6 +1533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     i.add_argument("--as-agent", action="store_true",
                    help="key frames by node with the node and instance headers, as the agent sends them "
                         "(default: by GPU with the type header alone, an older agent's shape)")
+    i.add_argument("--layout", choices=["gpu", "node"], default="gpu",
+                   help="node: each node's GPUs in node frames of --window records per GPU, as the agent sends "
+                        "them by default (implies --as-agent); gpu: a frame per GPU")
     i.add_argument("--timeout", type=float, default=330)
     i.add_argument("--profile", help="run the collector under cProfile, stats to this path")
 

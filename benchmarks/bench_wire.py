@@ -11,6 +11,7 @@ start it), then reads every partition's stored record batches back with raw Fetc
 codec and divides. Run from the repository root::
 
     .venv/bin/python benchmarks/bench_wire.py --nodes 4 --gpus 8 --seconds 120 --json out.json
+    .venv/bin/python benchmarks/bench_wire.py --layout gpu ...   # a frame per GPU, as before node frames
 
 Reported: bytes per metric value on the log (record batches, compressed, headers and keys
 included), per GPU-sample, and per day for 100,000 GPUs at that rate; records per frame and
@@ -40,6 +41,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from telemetry.codec import FrameDecoder, peek_header
+from telemetry.codec.node import NodeFrameDecoder, is_node_frame, peek_node_header
 from telemetry.wire import INSTANCE_HEADER, NODE_HEADER, TYPE_HEADER, MessageType
 from tests.fixtures_kafka import create_topic, find_tansu
 
@@ -109,7 +111,8 @@ def _split(records: bytes) -> list[tuple[bytes, int]]:
 
 
 def _decode(batches: list[bytes]) -> dict[str, Any]:
-    decoders: dict[tuple[str, str], FrameDecoder] = {}
+    decoders: dict[tuple[str, str, str], FrameDecoder] = {}
+    nodes: dict[tuple[str, str], NodeFrameDecoder] = {}
     values = samples = frames = messages = 0
     for raw in batches:
         for rec in DefaultRecordBatch(raw):
@@ -118,17 +121,24 @@ def _decode(batches: list[bytes]) -> dict[str, Any]:
             value = rec.value or b""
             if MessageType.of(headers.get(TYPE_HEADER)) is not MessageType.FRAME:
                 continue
-            hdr = peek_header(value)
-            key = (headers.get(NODE_HEADER, b"").decode(), headers.get(INSTANCE_HEADER, b"").decode(), hdr.gpu)
-            decoder = decoders.setdefault(key, FrameDecoder())
+            stream = (headers.get(NODE_HEADER, b"").decode(), headers.get(INSTANCE_HEADER, b"").decode())
             frames += 1
+            if is_node_frame(value):
+                node_decoder = nodes.setdefault(stream, NodeFrameDecoder())
+                for group in node_decoder.decode_checked(value, peek_node_header(value)):
+                    samples += len(group)
+                    values += sum(len(r.metrics) for r in group)
+                continue
+            hdr = peek_header(value)
+            key = (*stream, hdr.gpu)
+            decoder = decoders.setdefault(key, FrameDecoder())
             for r in decoder.decode_checked(value, hdr):
                 samples += 1
                 values += len(r.metrics)
     return {"messages": messages, "frames": frames, "samples": samples, "values": values}
 
 
-def run(nodes: int, gpus: int, seconds: float, partitions: int) -> dict[str, Any]:
+def run(nodes: int, gpus: int, seconds: float, partitions: int, layout: str = "node") -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gpuwatch-wire-"))
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
@@ -145,7 +155,8 @@ def run(nodes: int, gpus: int, seconds: float, partitions: int) -> dict[str, Any
             except Exception:  # noqa: BLE001 - the broker is still starting
                 time.sleep(0.1)
         env = {**os.environ, "GPUWATCH_SPOOL_DIR": str(work / "spool"), "GPUWATCH_PROBE_SOCKET": "",
-               "GPUWATCH_HOST_EVIDENCE": "false", "GPUWATCH_ATTRIBUTION": "false"}
+               "GPUWATCH_HOST_EVIDENCE": "false", "GPUWATCH_ATTRIBUTION": "false",
+               "GPUWATCH_FRAME_LAYOUT": layout}
         for n in range(nodes):
             agents.append(subprocess.Popen(
                 [sys.executable, "-m", "gpuwatch", "agent", "--simulate", str(gpus), "--node-name", f"wire-node-{n}",
@@ -170,12 +181,12 @@ def run(nodes: int, gpus: int, seconds: float, partitions: int) -> dict[str, Any
     values, samples = counts["values"], counts["samples"]
     per_sample = log_bytes / samples if samples else 0.0
     return {
-        "nodes": nodes, "gpus_per_node": gpus, "seconds": seconds, "partitions": partitions,
+        "nodes": nodes, "gpus_per_node": gpus, "seconds": seconds, "partitions": partitions, "layout": layout,
         "batches": len(batches), "log_bytes": log_bytes, **counts,
         "bytes_per_value": log_bytes / values if values else None,
         "bytes_per_gpu_sample": per_sample,
         "values_per_sample": values / samples if samples else None,
-        "records_per_frame": samples / counts["frames"] if counts["frames"] else None,
+        "records_per_frame": samples / counts["frames"] if counts["frames"] else None,  # all GPUs' in a node frame
         "messages_per_batch": counts["messages"] / len(batches) if batches else None,
         "gb_per_day_100k_gpus_1hz": per_sample * 100_000 * 86_400 / 1e9,
     }
@@ -187,9 +198,10 @@ def main() -> int:
     p.add_argument("--gpus", type=int, default=8, help="simulated GPUs per node")
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--partitions", type=int, default=12)
+    p.add_argument("--layout", choices=["node", "gpu"], default="node", help="the agents' frame layout")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args()
-    result = run(args.nodes, args.gpus, args.seconds, args.partitions)
+    result = run(args.nodes, args.gpus, args.seconds, args.partitions, args.layout)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=1))

@@ -43,8 +43,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from collector.streams import Stream, StreamId, StreamTable, UuidConflicts, seq_behind
+from collector.streams import NODE_STREAM, Stream, StreamId, StreamTable, UuidConflicts, seq_behind
 from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
+from telemetry.codec.node import NodeFrameDecoder, NodeHeader, is_node_frame, peek_node_header
 from telemetry.control import KeyframeRequest
 from telemetry.kernels import KernelWindow
 from telemetry.profile import ProfileResult
@@ -502,6 +503,9 @@ class Ingestor:
             pending.dead.append((msg, reason))
 
     def _frame(self, msg: Inbound, pending: _Pending) -> None:
+        if is_node_frame(msg.value):
+            self._node_frame(msg, pending)
+            return
         try:
             header = peek_header(msg.value)
         except FrameError as exc:
@@ -546,9 +550,10 @@ class Ingestor:
         if node is not None:
             sid = StreamId(msg.partition, node, msg.header_text(INSTANCE_HEADER), header.gpu)
             found = self.streams.get(sid)
-            candidates = [found] if found is not None else []
+            candidates = [found] if found is not None and isinstance(found.decoder, FrameDecoder) else []
         else:  # an agent without identity headers: match by sequence number, then by time
-            candidates = self.streams.without_instance(msg.partition, header.gpu)
+            candidates = [s for s in self.streams.without_instance(msg.partition, header.gpu)
+                          if isinstance(s.decoder, FrameDecoder)]
             sid = candidates[0].id if len(candidates) == 1 else StreamId(msg.partition, "", None, header.gpu)
         matching = [s for s in candidates if s.expected_seq == header.seq]
         if len(matching) > 1:
@@ -561,6 +566,7 @@ class Ingestor:
             return
         if matching:
             stream = matching[0]
+            assert isinstance(stream.decoder, FrameDecoder)
             records = self._decode(stream.decoder, msg, header, pending)
             if records is None:
                 return
@@ -587,9 +593,87 @@ class Ingestor:
             reason = f"delta frame {header.seq} of {header.gpu} before any keyframe: waiting for a keyframe"
         pending.dead.append((msg, f"undecodable frame: {reason}"))
         self.counters["frames_without_base"] += 1
-        self._ask_keyframe(sid, reason, header, pending)
+        self._ask_keyframe(sid, reason, header.first_ts, pending)
 
-    def _ask_keyframe(self, sid: StreamId, reason: str, header: FrameHeader, pending: _Pending) -> None:
+    # ---- node frames: every GPU of a node in one frame, one stream per node and agent instance ----
+    def _node_frame(self, msg: Inbound, pending: _Pending) -> None:
+        try:
+            header = peek_node_header(msg.value)
+        except FrameError as exc:
+            self._reject(msg, f"undecodable frame: {exc}", pending)
+            return
+        node = msg.header_text(NODE_HEADER)
+        if node is None:  # only agents that send the identity headers send node frames
+            self._reject(msg, "undecodable frame: a node frame without the 'node' header names no stream", pending)
+            return
+        sid = StreamId(msg.partition, node, msg.header_text(INSTANCE_HEADER), NODE_STREAM)
+        stream = self.streams.get(sid)
+        if header.keyframe:
+            fresh = NodeFrameDecoder()
+            groups = self._decode_node(fresh, msg, header, pending)
+            if groups is None:
+                return
+            newest = max(r.ts for g in groups for r in g)
+            # the next frame in sequence is the new base whatever its times (a node frame may hold only a
+            # GPU whose records are older than another GPU's in the frame before); else a replay is told
+            # by its records being no newer than what the stream has decoded
+            if stream is not None and stream.expected_seq not in (None, header.seq) and newest <= stream.last_ts:
+                self.counters["stale_keyframes"] += 1  # a replay: stored (idempotently), the base stays
+            else:
+                stream = self.streams.install(sid, fresh, msg.offset, newest, self.clock())
+            if stream is not None:
+                pending.streams.append(stream)
+            self._accept_node(msg, groups, pending, msg.offset)
+            return
+        if stream is not None and not isinstance(stream.decoder, NodeFrameDecoder):
+            stream = None  # a GPU frame's stream under the same name (a GPU id of ""): not this one
+        if stream is not None and stream.expected_seq == header.seq:
+            decoder = stream.decoder
+            assert isinstance(decoder, NodeFrameDecoder)
+            groups = self._decode_node(decoder, msg, header, pending)
+            if groups is None:
+                return
+            stream.last_ts = max(stream.last_ts, max(r.ts for g in groups for r in g))
+            self.streams.touch(stream, self.clock())
+            pending.streams.append(stream)
+            base = stream.keyframe_offset
+            self._accept_node(msg, groups, pending, msg.offset if base is None else base)
+            return
+        if stream is not None and stream.expected_seq is not None and seq_behind(header.seq, stream.expected_seq):
+            pending.result.skipped += 1  # delivered twice (a producer retry, a re-read)
+            self.counters["duplicate_frames"] += 1
+            return
+        if self._handled_before(msg):
+            pending.result.skipped += 1
+            return
+        if stream is not None and stream.expected_seq is not None:
+            reason = (f"sequence gap: expected frame {stream.expected_seq}, got {header.seq}; this delta "
+                      "frame's base is missing, waiting for a keyframe")
+        else:
+            reason = f"delta node frame {header.seq} of {node} before any keyframe: waiting for a keyframe"
+        pending.dead.append((msg, f"undecodable frame: {reason}"))
+        self.counters["frames_without_base"] += 1
+        self._ask_keyframe(sid, reason, math.nan, pending)
+
+    def _decode_node(self, decoder: NodeFrameDecoder, msg: Inbound, header: NodeHeader,
+                     pending: _Pending) -> list[list[GpuRecord]] | None:
+        try:
+            return decoder.decode_checked(msg.value, header)
+        except FrameError as exc:
+            self._reject(msg, f"undecodable frame: {exc}", pending)
+        except Exception as exc:  # a decoder bug met by hostile input: set the frame aside, go on
+            self.counters["decoder_errors"] += 1
+            log.debug("decoder error at %d@%d", msg.partition, msg.offset, exc_info=True)
+            self._reject(msg, f"undecodable frame (decoder error {type(exc).__name__}: {exc})", pending)
+        return None
+
+    def _accept_node(self, msg: Inbound, groups: list[list[GpuRecord]], pending: _Pending, base: int) -> None:
+        """A node frame's records: one entry (the message is dead-lettered or stored whole), each GPU observed."""
+        pending.frames.append((msg, [r for g in groups for r in g]))
+        for records in groups:
+            self._observe(msg, records[0].gpu, records, pending, base)
+
+    def _ask_keyframe(self, sid: StreamId, reason: str, first_ts: float, pending: _Pending) -> None:
         if self.request_keyframe is None:
             return
         if not sid.node:
@@ -603,12 +687,17 @@ class Ingestor:
             self._requested = {k: t for k, t in self._requested.items()
                                if now - t < self.keyframe_request_interval_s}
         self._requested[sid] = now
-        ts = header.first_ts if math.isfinite(header.first_ts) else 0.0
-        pending.requests.append(KeyframeRequest(sid.node, sid.gpu, reason[:200], ts, sid.instance))
+        ts = first_ts if math.isfinite(first_ts) else 0.0
+        gpu = None if sid.gpu == NODE_STREAM else sid.gpu  # a node stream: every GPU's next frame is one frame
+        pending.requests.append(KeyframeRequest(sid.node, gpu, reason[:200], ts, sid.instance))
 
     def _accept(self, msg: Inbound, sid: StreamId, records: list[GpuRecord], pending: _Pending, base: int) -> None:
         """``base``: the offset of the keyframe ``msg`` was decoded from (its own, for a keyframe)."""
         pending.frames.append((msg, records))
+        self._observe(msg, sid.gpu, records, pending, base)
+
+    def _observe(self, msg: Inbound, gpu: str, records: list[GpuRecord], pending: _Pending, base: int) -> None:
+        """Where ``gpu``'s records came from: the node's resume base, the partition's nodes, UUID conflicts."""
         node = records[-1].node
         seen = pending.bases.get(node)
         if seen is None or base < seen[1]:
@@ -618,13 +707,13 @@ class Ingestor:
             nodes = self.partition_nodes[msg.partition] = set()
         nodes.add(records[-1].node)
         first, last = records[0].ts, records[-1].ts
-        other = self.conflicts.observe(sid.gpu, records[-1].node, min(first, last), max(first, last))
+        other = self.conflicts.observe(gpu, records[-1].node, min(first, last), max(first, last))
         if other is not None:
             node = records[-1].node
             self.counters["gpu_uuid_conflicts"] += 1
-            detail = (f"GPU UUID {sid.gpu} is reported by node {other} and node {node} at once "
+            detail = (f"GPU UUID {gpu} is reported by node {other} and node {node} at once "
                       "(a re-imaged node or a misconfigured simulator?); both streams are stored with their node")
-            _limited.warning(f"uuid:{sid.gpu}", "%s", detail)
-            event = EventRecord(first, node, sid.gpu, UUID_CONFLICT_KIND, None, detail)
+            _limited.warning(f"uuid:{gpu}", "%s", detail)
+            event = EventRecord(first, node, gpu, UUID_CONFLICT_KIND, None, detail)
             pending.events.append((msg, event))
 

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from telemetry.codec import FrameDecoder
+from telemetry.codec.node import NodeFrameDecoder
 
+#: The ``gpu`` of a node stream's id: one agent's node frames, every GPU of its node in each.
+NODE_STREAM: Final = ""
 SEQ_MASK: Final = 0xFFFFFFFF  # frame sequence numbers are u32 and wrap
 _SEQ_HALF: Final = 1 << 31
 
@@ -44,7 +47,8 @@ def seq_behind(seq: int, expected: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class StreamId:
-    """One agent's frames of one GPU. ``instance`` None: the agent sent no instance header."""
+    """One agent's frames of one GPU, or of its whole node (``gpu`` is :data:`NODE_STREAM`).
+    ``instance`` None: the agent sent no instance header."""
 
     partition: int
     node: str
@@ -53,13 +57,13 @@ class StreamId:
 
     def describe(self) -> str:
         who = self.node if self.instance is None else f"{self.node}/{self.instance}"
-        return f"{self.gpu} from {who}"
+        return f"the node frames from {who}" if self.gpu == NODE_STREAM else f"{self.gpu} from {who}"
 
 
 @dataclass(slots=True)
 class Stream:
     id: StreamId
-    decoder: FrameDecoder
+    decoder: FrameDecoder | NodeFrameDecoder
     keyframe_offset: int | None = None  # offset of the keyframe the current base started at
     last_ts: float = -math.inf  # newest record time decoded
     last_used: float = 0.0  # clock() of the last frame decoded (for expiry)
@@ -90,7 +94,8 @@ class StreamTable:
     def get(self, sid: StreamId) -> Stream | None:
         return self._by_id.get(sid)
 
-    def install(self, sid: StreamId, decoder: FrameDecoder, offset: int, newest_ts: float, now: float) -> Stream:
+    def install(self, sid: StreamId, decoder: FrameDecoder | NodeFrameDecoder, offset: int, newest_ts: float,
+                now: float) -> Stream:
         """Make ``decoder`` (which just decoded a keyframe at ``offset``) the base of ``sid``."""
         stream = self._by_id.get(sid)
         if stream is None:

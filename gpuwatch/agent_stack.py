@@ -154,7 +154,8 @@ class AgentStack:
             from agent.profiling import from_settings
 
             self.framer = Framer(producer.submit, node=settings.node_name, instance=instance,
-                                 window=settings.frame_window, max_delay_s=settings.frame_max_delay, cpu=cpu)
+                                 window=settings.frame_window, max_delay_s=settings.frame_max_delay, cpu=cpu,
+                                 layout=settings.frame_layout)
             self.profiler = from_settings(settings, instance, producer.submit, cpu)
             sinks, events = (self.framer.add,), (self.framer.add_event,)
             if self.profiler.config.enabled:

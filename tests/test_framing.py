@@ -1,9 +1,10 @@
-"""The agent's framer: node and instance headers on every message, keyframes on request."""
+"""The agent's framer: node and instance headers on every message, keyframes on request, node frames."""
 
 from __future__ import annotations
 
 from agent.framing import Framer
 from telemetry.codec import peek_header
+from telemetry.codec.node import NodeFrameDecoder, peek_node_header
 from telemetry.records import EventRecord, GpuRecord
 from telemetry.wire import Message
 
@@ -12,13 +13,13 @@ def _record(gpu: str, ts: float) -> GpuRecord:
     return GpuRecord(ts=ts, node="node-a", gpu=gpu, metrics={"DCGM_FI_DEV_GPU_UTIL": 50.0})
 
 
-def _framer(out: list[Message]) -> Framer:
-    return Framer(out.append, node="node-a", instance="0123456789abcdef", window=1, keyframe_every=60)
+def _framer(out: list[Message], layout: str = "gpu") -> Framer:
+    return Framer(out.append, node="node-a", instance="0123456789abcdef", window=1, keyframe_every=60, layout=layout)
 
 
 def test_every_frame_and_event_carries_node_and_instance_headers() -> None:
     out: list[Message] = []
-    framer = _framer(out)
+    framer = _framer(out, "node")
     framer.add(_record("GPU-1", 1.0))
     framer.add_event(EventRecord(2.0, "node-a", "GPU-1", "xid", 79, "fell off the bus"))
     assert [dict(m.headers) for m in out] == [
@@ -50,3 +51,34 @@ def test_a_keyframe_request_makes_the_next_frame_of_that_gpu_a_keyframe() -> Non
     framer.add(_record("GPU-2", 5.0))
     assert all(peek_header(m.value).keyframe for m in out)
     assert framer.stats().keyframe_requests_total == 3
+
+
+def test_a_node_frame_carries_every_gpus_pending_records_when_one_is_due() -> None:
+    out: list[Message] = []
+    framer = Framer(out.append, node="node-a", instance="0123456789abcdef", window=2, max_delay_s=1.0,
+                    keyframe_every=60)  # the default layout: node frames
+    framer.add(_record("GPU-1", 10.0))
+    framer.add(_record("GPU-2", 10.1))
+    assert framer.flush_due(10.5) == 0 and not out  # nothing due yet
+    assert framer.flush_due(11.0) == 1  # GPU-1's record is 1 s old: every GPU's records go with it
+    framer.add(_record("GPU-2", 11.1))
+    framer.add(_record("GPU-2", 12.1))  # GPU-2's window is full: GPU-1's (none) and its own go
+    framer.stop()
+    decoder = NodeFrameDecoder()
+    frames = [decoder.decode(m.value) for m in out]
+    assert [[(r.gpu, r.ts) for r in g] for f in frames for g in f] == [
+        [("GPU-1", 10.0)], [("GPU-2", 10.1)], [("GPU-2", 11.1), ("GPU-2", 12.1)]]
+    assert [peek_node_header(m.value).keyframe for m in out] == [True, False]
+    assert framer.stats().frames_total == 2 and framer.stats().records_total == 4
+
+
+def test_a_keyframe_request_makes_the_next_node_frame_a_keyframe() -> None:
+    out: list[Message] = []
+    framer = _framer(out, "node")
+    for ts in range(3):
+        framer.add(_record("GPU-1", float(ts)))
+    framer.request_keyframe("GPU-2")  # any GPU of the node: its next frame carries them all
+    framer.add(_record("GPU-1", 3.0))
+    framer.add(_record("GPU-2", 3.0))  # a GPU the frame's table lacks: a keyframe too
+    framer.add(_record("GPU-2", 4.0))
+    assert [peek_node_header(m.value).keyframe for m in out] == [True, False, False, True, True, False]

@@ -140,19 +140,21 @@ def test_an_agent_restart_without_headers_is_a_new_base() -> None:
     assert {r.ts for r in store.rows} == {r.ts for r in rec_old + rec_new}
 
 
-def _framer_messages(node: str, instance: str, records: Sequence[GpuRecord]) -> list[Message]:
+def _framer_messages(node: str, instance: str, records: Sequence[GpuRecord], layout: str = "node") -> list[Message]:
     out: list[Message] = []
-    framer = Framer(out.append, window=2, max_delay_s=3600, keyframe_every=4, node=node, instance=instance)
+    framer = Framer(out.append, window=2, max_delay_s=3600, keyframe_every=4, node=node, instance=instance,
+                    layout=layout)
     for r in records:
         framer.add(r)
     framer.flush()
     return out
 
 
-def test_two_nodes_with_one_uuid_are_two_streams_and_an_event() -> None:
+@pytest.mark.parametrize("layout", ["node", "gpu"])
+def test_two_nodes_with_one_uuid_are_two_streams_and_an_event(layout: str) -> None:
     """Item 5: with node/instance headers both streams decode against their own base."""
-    a = _framer_messages("node-a", "i-a", [rec(t, "node-a", util=10) for t in range(0, 20)])
-    b = _framer_messages("node-b", "i-b", [rec(t + 0.5, "node-b", util=90) for t in range(0, 20)])
+    a = _framer_messages("node-a", "i-a", [rec(t, "node-a", util=10) for t in range(0, 20)], layout)
+    b = _framer_messages("node-b", "i-b", [rec(t + 0.5, "node-b", util=90) for t in range(0, 20)], layout)
     interleaved = [m for pair in zip(a, b, strict=True) for m in pair]
     assert dict(a[0].headers)["node"] == b"node-a" and dict(a[0].headers)["instance"] == b"i-a"
     msgs = [Inbound(0, i, m.key, m.value, m.headers) for i, m in enumerate(interleaved)]
@@ -185,15 +187,18 @@ def test_older_agents_with_one_uuid_decode_by_sequence_or_are_dead_lettered_when
     assert all(r.ts in (0, 1, 0.5, 1.5) for r in store2.rows)
 
 
-def test_a_missing_base_asks_for_a_keyframe_once_and_takes_the_next_at_once() -> None:
-    """Item 7: a delta without its base is dead-lettered, the agent is asked (rate-limited)."""
-    msgs = _framer_messages("node-a", "i-a", [rec(t) for t in range(16)])  # 8 frames, keyframes at 0 and 4
+@pytest.mark.parametrize("layout", ["node", "gpu"])
+def test_a_missing_base_asks_for_a_keyframe_once_and_takes_the_next_at_once(layout: str) -> None:
+    """Item 7: a delta without its base is dead-lettered, the agent is asked (rate-limited). A node
+    frame's agent is asked for every GPU's keyframe: its next frame carries them all."""
+    msgs = _framer_messages("node-a", "i-a", [rec(t) for t in range(16)], layout)  # 8 frames, keyframes at 0 and 4
     headers = msgs[0].headers
     store, dead, requests, clock = MemoryStore(), [], [], Clock()  # type: ignore[var-annotated]
     ingestor = make(store, dead, requests, clock)
     run(ingestor.handle([Inbound(0, i, m.key, m.value, headers) for i, m in enumerate(msgs[1:3])]))
     assert len(dead) == 2 and "before any keyframe" in dead[0][1]
-    assert requests == [KeyframeRequest("node-a", GPU, requests[0].reason, requests[0].ts, "i-a")]
+    gpu = GPU if layout == "gpu" else None
+    assert requests == [KeyframeRequest("node-a", gpu, requests[0].reason, requests[0].ts, "i-a")]
     clock.now += 20
     run(ingestor.handle([Inbound(0, 2 + i, m.key, m.value, headers) for i, m in enumerate(msgs[3:])]))
     assert len(dead) == 3 and len(requests) == 2  # msgs[3] (another request after 20 s), then the keyframe
@@ -319,3 +324,39 @@ def test_a_nodes_floor_is_the_keyframe_its_first_unsaved_frame_was_decoded_from(
     run(ingestor.handle(inbound(a[5:10], first_offset=5)))  # frame 5 is a delta on the keyframe at 4
     assert ingestor.floors["node-a"] == (0, 4)
     assert ingestor.resume_offsets()[0] == 4  # not 8 (the stream's last keyframe), nor 5 (a delta)
+
+
+def test_a_node_keyframe_in_sequence_is_the_new_base_even_when_its_records_are_older() -> None:
+    """A node frame may hold only a GPU whose records are older than another GPU's in the frame
+    before it; a keyframe that is the next in sequence is the base all the same (a replay is not)."""
+    out: list[Message] = []
+    framer = Framer(out.append, window=2, max_delay_s=3600, keyframe_every=2, node="node-a", instance="i-a")
+    framer.add(rec(10.0, gpu="GPU-b"))
+    framer.add(rec(11.0, gpu="GPU-b"))  # frame 0 (keyframe): GPU-b at 10 and 11
+    framer.add(rec(10.5))
+    framer.add(rec(10.6))  # frame 1: GPU-a, older than 11
+    framer.add(rec(10.7))
+    framer.add(rec(10.8))  # frame 2 (keyframe, periodic): GPU-a, still older than 11
+    framer.add(rec(10.9))
+    framer.add(rec(11.5))  # frame 3: a delta on frame 2
+    msgs = [Inbound(0, i, m.key, m.value, m.headers) for i, m in enumerate(out)]
+    store, dead = MemoryStore(), []  # type: ignore[var-annotated]
+    ingestor = make(store, dead)
+    run(ingestor.handle(msgs))
+    run(ingestor.handle(msgs[2:]))  # read again from frame 2: a replay, stored again, the base stays
+    assert dead == [] and not ingestor.counters["frames_without_base"]
+    assert sorted({r.ts for r in store.rows}) == [10.0, 10.5, 10.6, 10.7, 10.8, 10.9, 11.0, 11.5]
+
+
+def test_a_node_frame_without_its_node_header_or_with_a_bad_checksum_is_set_aside_with_the_reason() -> None:
+    msgs = _framer_messages("node-a", "i-a", [rec(t) for t in range(4)])
+    good = msgs[0]
+    corrupt = good.value[:-1] + bytes([good.value[-1] ^ 0xFF])
+    batch = [Inbound(0, 0, good.key, good.value, (("type", b"frame"),)),  # no node header
+             Inbound(0, 1, good.key, corrupt, good.headers),
+             Inbound(0, 2, good.key, good.value, good.headers)]
+    store, dead = MemoryStore(), []  # type: ignore[var-annotated]
+    run(make(store, dead).handle(batch))
+    assert [(o, r.split(":")[0]) for o, r in dead] == [(0, "undecodable frame"), (1, "undecodable frame")]
+    assert "'node' header" in dead[0][1] and "checksum mismatch" in dead[1][1]
+    assert {r.ts for r in store.rows} == {0, 1}  # the good frame is stored

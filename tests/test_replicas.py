@@ -138,6 +138,10 @@ async def _run(dsn: str, bootstrap: str, group: str, replicas: int, total: int,
 
         await await_until(stored, timeout=240.0, what=f"{total} records stored", interval=0.5,
                           details=lambda: [dict(s.ingestor.counters) for s in stacks])
+        if links:  # summaries go out every 0.5 s of wall time: a fast replay may end before each replica read one
+            await await_until(lambda: all(link.counters["absorbed"] for link in links) or None, timeout=30.0,
+                              what="every replica absorbed the others' summaries", interval=0.2,
+                              details=lambda: [dict(link.counters) for link in links])
         for s in stacks:
             await s.detection.flush()
         return {"absorbed": min((link.counters["absorbed"] for link in links), default=0),

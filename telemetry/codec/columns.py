@@ -348,7 +348,7 @@ def read_column(
         size = data[at + 1]
         start = at + 2
         if size >= 0x80:
-            size, start = _varint(data, at + 1, r.end)
+            size, start = varint_at(data, at + 1, r.end)
         end = start + size
         if size >= 0 and end <= r.end:
             try:
@@ -391,7 +391,7 @@ def read_column(
 _TYPED = frozenset((INT, DECIMAL, QUANTUM, XOR))
 
 
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+def varint_at(data: bytes, pos: int, end: int) -> tuple[int, int]:
     """(value, position after it) of a varint of up to 10 bytes within ``end``; (-1, pos) when malformed."""
     result = 0
     shift = 0
@@ -404,7 +404,7 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     return -1, pos
 
 
-def _bits_at(data: bytes, pos: int, end: int, count: int) -> tuple[bytes, int, int] | None:
+def bits_at(data: bytes, pos: int, end: int, count: int) -> tuple[bytes, int, int] | None:
     """The bitmap of ``count`` bits at ``pos`` as 0/1 bytes, its number of ones, and the position after it.
 
     None when it runs past ``end`` or sets a bit beyond ``count`` (the fast readers then
@@ -455,7 +455,7 @@ def _read_typed(
     presence = b""
     m = n
     if flags & F_PRESENCE:
-        bits = _bits_at(data, pos, end, n)
+        bits = bits_at(data, pos, end, n)
         if bits is None or not bits[1]:
             return None
         presence, m, pos = bits
@@ -488,7 +488,7 @@ def _read_typed(
         z = data[pos]
         pos += 1
     else:
-        z, pos = _varint(data, pos, end)
+        z, pos = varint_at(data, pos, end)
         if z < 0:
             return None
     k0 = base + ((z >> 1) ^ -(z & 1))
@@ -503,20 +503,20 @@ def _read_typed(
         if dod:
             if m < 3:
                 return None
-            z, pos = _varint(data, pos, end)
+            z, pos = varint_at(data, pos, end)
             if z < 0:
                 return None
             first_delta = (z >> 1) ^ -(z & 1)
         count = m - 2 if dod else m - 1
         factor = 1
         if flags & F_GCD:
-            factor, pos = _varint(data, pos, end)
+            factor, pos = varint_at(data, pos, end)
             if factor < 2:
                 return None
         where = b""
         k = count
         if changed:
-            bits = _bits_at(data, pos, end, count)
+            bits = bits_at(data, pos, end, count)
             if bits is None:
                 return None
             where, k, pos = bits
@@ -531,7 +531,7 @@ def _read_typed(
         else:
             if width > 8 or pos + width * k != end:
                 return None
-            stored = _planes(data, pos, k, width)
+            stored = planes_at(data, pos, k, width)
             if factor > 1:
                 stored = [x * factor for x in stored]
             if dod:
@@ -584,7 +584,7 @@ def _read_xor(
     presence = b""
     m = n
     if flags & F_PRESENCE:
-        bits = _bits_at(data, pos, end, n)
+        bits = bits_at(data, pos, end, n)
         if bits is None or not bits[1]:
             return None
         presence, m, pos = bits
@@ -598,7 +598,7 @@ def _read_xor(
         first = data[pos]
         pos += 1
     else:
-        first, pos = _varint(data, pos, end)
+        first, pos = varint_at(data, pos, end)
         if first < 0 or first > MASK64:
             return None
     x = first ^ base
@@ -607,7 +607,7 @@ def _read_xor(
         k = count
         where = b""
         if changed:
-            bits = _bits_at(data, pos, end, count)
+            bits = bits_at(data, pos, end, count)
             if bits is None:
                 return None
             where, k, pos = bits
@@ -641,7 +641,7 @@ def _read_xor(
     return values, new_state, True
 
 
-def _planes(data: bytes, pos: int, k: int, width: int) -> Sequence[int]:
+def planes_at(data: bytes, pos: int, k: int, width: int) -> Sequence[int]:
     """``k`` signed integers stored as ``width`` byte planes from ``data[pos]`` on."""
     if width == 1:
         return codec("b", k).unpack_from(data, pos)

@@ -128,7 +128,7 @@ class FrameEncoder:
         self.quantize = quantize
         self.keyframe_every = keyframe_every
         self._zstd = zstandard.ZstdCompressor(level=zstd_level) if zstd_level is not None else None
-        self._field_ids, self._plans = _catalog_maps(metrics)
+        self._field_ids, self._plans = catalog_maps(metrics)
         self._table_id = table_id() if metrics is CATALOG else 0
         self._flags = FLAG_QUANTISED if quantize else 0
         self._state: _EncoderState | None = None
@@ -158,7 +158,7 @@ class FrameEncoder:
         if not set(map(type, ts)) <= {float, int}:
             raise ValueError("ts must be numbers")
         dicts: list[dict[str, float]] = list(map(_METRICS, records))
-        window_keys, complete, cols = _columns(dicts)
+        window_keys, complete, cols = window_columns(dicts)
         prev = None if state is None or self._force or state.since_keyframe + 1 >= self.keyframe_every else state
         if prev is not None and not prev.keyset.issuperset(window_keys):
             prev = None  # a metric the table lacks: a keyframe
@@ -242,7 +242,7 @@ class FrameEncoder:
         return b"\x00" + opt_string(key)
 
 
-def _columns(dicts: list[dict[str, float]]) -> tuple[tuple[str, ...], set[str], dict[str, Sequence[object]]]:
+def window_columns(dicts: list[dict[str, float]]) -> tuple[tuple[str, ...], set[str], dict[str, Sequence[object]]]:
     """The window's metric keys (in order of first appearance), those every record has, and each key's column.
 
     A column holds MISSING where a record lacks the key. Every step is a C loop. Records
@@ -287,7 +287,7 @@ def _fetch(keys: tuple[str, ...], dicts: Iterable[dict[str, float]]) -> dict[str
 def _columns_general(
     dicts: list[dict[str, float]],
 ) -> tuple[tuple[str, ...], set[str], dict[str, Sequence[object]]]:
-    """:func:`_columns` for any window: keys counted record by record."""
+    """:func:`window_columns` for any window: keys counted record by record."""
     n = len(dicts)
     counts = Counter(chain.from_iterable(dicts))
     window_keys = tuple(counts)
@@ -312,7 +312,7 @@ _MAX_BUILDER_KEYS = 256  # wider tables use dict(zip(...))
 _DISPLAY = 15
 
 
-def _dict_builder(keys: tuple[str, ...]) -> Callable[..., dict[str, object]]:
+def dict_builder(keys: tuple[str, ...]) -> Callable[..., dict[str, object]]:
     build = _BUILDERS.get(keys)
     if build is None:
         if len(keys) > _MAX_BUILDER_KEYS:
@@ -332,7 +332,7 @@ def _zip_dict(keys: tuple[str, ...], *values: object) -> dict[str, object]:
     return dict(zip(keys, values, strict=True))
 
 
-def _catalog_maps(metrics: Sequence[Metric]) -> tuple[dict[str, int], dict[str, ColumnPlan]]:
+def catalog_maps(metrics: Sequence[Metric]) -> tuple[dict[str, int], dict[str, ColumnPlan]]:
     """Field id and column plan per key (shared, never changed, for the built-in catalog)."""
     if metrics is CATALOG and _BUILTIN_MAPS:
         return _BUILTIN_MAPS[0]
@@ -344,7 +344,7 @@ def _catalog_maps(metrics: Sequence[Metric]) -> tuple[dict[str, int], dict[str, 
 
 # Worked out once: an encoder is made per GPU stream.
 _BUILTIN_MAPS: list[tuple[dict[str, int], dict[str, ColumnPlan]]] = []
-_BUILTIN_MAPS.append(_catalog_maps(CATALOG))
+_BUILTIN_MAPS.append(catalog_maps(CATALOG))
 
 
 def _add(stats: dict[str, int], key: str, size: int) -> None:
@@ -437,7 +437,7 @@ class FrameDecoder:
         processes, proc_state = decode_processes(r, n, None if prev is None else prev.processes)
         if r.remaining:
             raise r.fail(f"{r.remaining} unread bytes after the process section")
-        metrics = list(map(_dict_builder(tuple(col_keys)), *cols)) if cols else [{} for _ in range(n)]
+        metrics = list(map(dict_builder(tuple(col_keys)), *cols)) if cols else [{} for _ in range(n)]
         for key, values in gaps:
             for d in compress(metrics, map(is_, values, repeat(MISSING))):
                 del d[key]

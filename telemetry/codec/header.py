@@ -108,14 +108,7 @@ def peek_header(frame: bytes) -> FrameHeader:
     if count == 0:
         raise FrameError("frame holds no records", 12)
     r = Reader(frame, FIXED.size, crc_at)
-    kind = r.u8("GPU id kind")
-    prefix = _UUID_KINDS.get(kind)
-    if prefix is not None:
-        gpu = prefix + str(uuid.UUID(bytes=r.take(16, "GPU UUID")))
-    elif kind == _GPU_KIND_TEXT:
-        gpu = _text_gpu(r)
-    else:
-        raise r.fail(f"unknown GPU id kind {kind}", FIXED.size)
+    gpu = read_gpu(r)
     return FrameHeader(
         version=version,
         keyframe=bool(flags & FLAG_KEYFRAME),
@@ -128,6 +121,18 @@ def peek_header(frame: bytes) -> FrameHeader:
         gpu=gpu,
         size=r.pos,
     )
+
+
+def read_gpu(r: Reader) -> str:
+    """A GPU id as :func:`pack_gpu` wrote it."""
+    at = r.pos
+    kind = r.u8("GPU id kind")
+    prefix = _UUID_KINDS.get(kind)
+    if prefix is not None:
+        return prefix + str(uuid.UUID(bytes=r.take(16, "GPU UUID")))
+    if kind == _GPU_KIND_TEXT:
+        return _text_gpu(r)
+    raise r.fail(f"unknown GPU id kind {kind}", at)
 
 
 def _text_gpu(r: Reader) -> str:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from telemetry.codec import FrameDecoder, FrameError, peek_header
+from telemetry.codec.node import NodeFrameDecoder, is_node_frame
 from tests.fixtures_kafka import KafkaBroker, consume_all
 from tests.support.poll import wait_until
 
@@ -146,6 +147,7 @@ def stored(bootstrap: str, expected_messages: int) -> tuple[dict[str, int], set[
     # one decoder per stream: the agent instance and the GPU its frame header names (messages are
     # keyed by node, so one key carries every GPU of the node)
     decoders: dict[tuple[bytes | None, str], FrameDecoder] = defaultdict(FrameDecoder)
+    nodes: dict[bytes | None, NodeFrameDecoder] = defaultdict(NodeFrameDecoder)  # the agent's default frames
     seen: set[tuple[str, float]] = set()
     total = undecodable = events = 0
     for c in sorted(got, key=lambda c: (c.partition, c.offset)):
@@ -154,7 +156,11 @@ def stored(bootstrap: str, expected_messages: int) -> tuple[dict[str, int], set[
             continue
         try:
             value = c.value or b""
-            records = decoders[(dict(c.headers).get("instance"), peek_header(value).gpu)].decode(value)
+            instance = dict(c.headers).get("instance")
+            if is_node_frame(value):
+                records = [r for g in nodes[instance].decode(value) for r in g]
+            else:
+                records = decoders[(instance, peek_header(value).gpu)].decode(value)
         except FrameError:
             undecodable += 1
             continue
