@@ -182,3 +182,16 @@ def test_a_mutated_node_frame_decodes_or_raises_frame_error(data: st.DataObject)
         except FrameError:
             continue
         assert all(isinstance(r, GpuRecord) for g in groups for r in g)
+
+
+def test_the_shipped_agents_node_frames_from_a_real_h100_decode() -> None:
+    """``gpuwatch agent`` on an H100 (2026-12-06), Kafka unreachable: its spool holds the node frames it
+    would have sent (benchmarks/gpu/node_frames_spool.py; docs/gpu-validation.md)."""
+    from pathlib import Path
+
+    from benchmarks.gpu.node_frames_spool import check
+
+    run = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "2026-12-06-node-frames-spool"
+    got = check(run)
+    assert got["frames"] == 50 and got["records"] == 97 and got["keyframes"] == 2 and got["gpus"] == 1
+    assert got["each_gpu_in_time_order"] and got["sm_active_samples_over_0_5"] == 58
