@@ -359,6 +359,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
            "tools": (),
            "gpu_s": 0.07, "cpu_s": 0.06, "stall_steps": 2.0, "burners": 0, "leak_every_s": 1.5,
            "leak_gib": 0.3, "drift_steps": 2.0, "drift_ramp_s": 40.0, "hiccup_run_s": 4.0, "hiccup_wait_s": 4.0},
+    # "ac": the twenty-eighth run, written in the twenty-second session (2026-12-06) before any detector
+    # saw it, with no detector change in that session, and to be scored once when recorded at the
+    # agent's own intervals: a 14-s evaluation, a loader with random waits (exponential, mean 1.8
+    # steps) for 65 s, an 8-s checkpoint, a hang of one spinning kernel for 65 s, the input work on one
+    # thread for 65 s, a leak of 0.4 GiB every 2 s for 36 s; then a new process doing launch-bound work
+    # for 72 s with 2,200 tiny kernels per sync
+    "ac": {"train": (("train", 25.0), ("eval", 14.0), ("train", 22.0), ("jitter", 65.0), ("train", 20.0),
+                     ("checkpoint", 8.0), ("train", 20.0), ("hang", 65.0), ("train", 22.0), ("onethread", 65.0),
+                     ("train", 20.0), ("leak", 36.0)),
+           "tools": (("launch", 72.0),),
+           "gpu_s": 0.085, "cpu_s": 0.055, "stall_steps": 2.0, "burners": 0, "leak_every_s": 2.0,
+           "leak_gib": 0.4, "launch_batch": 2200, "jitter_steps": 1.8, "hang_kernel_s": 0.04},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
