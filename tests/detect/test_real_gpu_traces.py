@@ -426,12 +426,14 @@ def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> N
     With the H100 traces w, x and y (13 incidents more) and a young level judged on half its work
     lost: 97 of 109 at 2 s, 85 of 109 at 5 s (docs/benchmarks.md, round 17). With ab (3 incidents,
     recorded at 2 s on an H100 in the twentieth session): 100 of 112 at 2 s, 90 of 112 at 5 s. With aa
-    and z (6 incidents, recorded on an H100 in the twenty-first session): 106 of 118 at 2 s, 95 at 5 s."""
+    and z (6 incidents, recorded on an H100 in the twenty-first session): 106 of 118 at 2 s, 95 at 5 s.
+    With ac (5 incidents, twenty-second session): 111 of 123 at 2 s, 99 at 5 s (ac's one-thread input
+    is missed at 5 s)."""
     found, total, false, per = _at_interval(2.0)
-    assert (found, total, false) == (106, 118, [])
-    assert per["leak"] == 28
+    assert (found, total, false) == (111, 123, [])
+    assert per["leak"] == 29
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (95, 118, [])  # (85 of 109 before u's and x's pageable input, round 18)
+    assert (found, total, false) == (99, 123, [])  # (85 of 109 before u's and x's pageable input, round 18)
 
 
 def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
@@ -517,3 +519,13 @@ def test_trace_z_held_out_on_an_h100_sampled_every_5_s_two_of_two() -> None:
     session on an H100, the agent's busy interval 5 s: 2 of 2 again (stall 61 s, leak 38 s), nothing
     on its normal phases."""
     _scored("z", [], gpu="h100")
+
+
+def test_trace_ac_held_out_on_an_h100_at_the_agents_own_intervals_five_of_five() -> None:
+    """Variant ac, written in the twenty-second session before any detector saw it (10f94d4), in a
+    session that changed no detector, and scored once at its recording the same day
+    (docs/gpu-validation.md): an H100, the agent at its own intervals, thirteen normal phases (a 14-s
+    evaluation and an 8-s checkpoint among them). 5 of 5, nothing on a normal phase: a loader with
+    random waits (mean 1.8 steps) 61 s, a hang of one spinning kernel 58 s, the input work on one
+    thread 58 s, a leak of 0.4 GiB every 2 s 21 s, launch-bound work of 2,200 launches per sync 64 s."""
+    _scored("ac", [], gpu="h100")
