@@ -189,7 +189,7 @@ def test_the_shipped_agents_node_frames_from_a_real_h100_decode() -> None:
     would have sent (benchmarks/gpu/node_frames_spool.py; docs/gpu-validation.md)."""
     from pathlib import Path
 
-    from benchmarks.gpu.node_frames_spool import check
+    from tests.support.spool_frames import check
 
     run = Path(__file__).resolve().parent.parent / "docs" / "gpu-runs" / "2026-12-06-node-frames-spool"
     got = check(run)
