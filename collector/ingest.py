@@ -41,11 +41,12 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
 from collector.streams import NODE_STREAM, Stream, StreamId, StreamTable, UuidConflicts, seq_behind
 from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
-from telemetry.codec.node import NodeFrameDecoder, NodeHeader, is_node_frame, peek_node_header
+from telemetry.codec.node import NodeFrameDecoder, is_node_frame, peek_node_header
 from telemetry.control import KeyframeRequest
 from telemetry.kernels import KernelWindow
 from telemetry.profile import ProfileResult
@@ -54,6 +55,7 @@ from telemetry.records import EventRecord, GpuRecord
 from telemetry.wire import INSTANCE_HEADER, NODE_HEADER, TYPE_HEADER, Headers, MessageType, decode_event
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 _limited = RateLimitedLog(log)
 
 #: the kind of the event recorded when one GPU UUID is reported by two nodes at once
@@ -516,10 +518,10 @@ class Ingestor:
         else:
             self._delta(msg, header, pending)
 
-    def _decode(self, decoder: FrameDecoder, msg: Inbound, header: FrameHeader,
-                pending: _Pending) -> list[GpuRecord] | None:
+    def _decode(self, decode: Callable[[], _T], msg: Inbound, pending: _Pending) -> _T | None:
+        """``decode()`` (a GPU frame's or a node frame's decoder on ``msg``), or None with ``msg`` set aside."""
         try:
-            return decoder.decode_checked(msg.value, header)
+            return decode()
         except FrameError as exc:
             self._reject(msg, f"undecodable frame: {exc}", pending)
         except Exception as exc:  # a decoder bug met by hostile input: set the frame aside, go on
@@ -530,7 +532,7 @@ class Ingestor:
 
     def _keyframe(self, msg: Inbound, header: FrameHeader, pending: _Pending) -> None:
         fresh = FrameDecoder()
-        records = self._decode(fresh, msg, header, pending)
+        records = self._decode(partial(fresh.decode_checked, msg.value, header), msg, pending)
         if records is None:
             return
         node = msg.header_text(NODE_HEADER) or records[-1].node
@@ -567,7 +569,7 @@ class Ingestor:
         if matching:
             stream = matching[0]
             assert isinstance(stream.decoder, FrameDecoder)
-            records = self._decode(stream.decoder, msg, header, pending)
+            records = self._decode(partial(stream.decoder.decode_checked, msg.value, header), msg, pending)
             if records is None:
                 return
             stream.last_ts = max(stream.last_ts, max(r.ts for r in records))
@@ -610,7 +612,7 @@ class Ingestor:
         stream = self.streams.get(sid)
         if header.keyframe:
             fresh = NodeFrameDecoder()
-            groups = self._decode_node(fresh, msg, header, pending)
+            groups = self._decode(partial(fresh.decode_checked, msg.value, header), msg, pending)
             if groups is None:
                 return
             newest = max(r.ts for g in groups for r in g)
@@ -630,7 +632,7 @@ class Ingestor:
         if stream is not None and stream.expected_seq == header.seq:
             decoder = stream.decoder
             assert isinstance(decoder, NodeFrameDecoder)
-            groups = self._decode_node(decoder, msg, header, pending)
+            groups = self._decode(partial(decoder.decode_checked, msg.value, header), msg, pending)
             if groups is None:
                 return
             stream.last_ts = max(stream.last_ts, max(r.ts for g in groups for r in g))
@@ -654,18 +656,6 @@ class Ingestor:
         pending.dead.append((msg, f"undecodable frame: {reason}"))
         self.counters["frames_without_base"] += 1
         self._ask_keyframe(sid, reason, math.nan, pending)
-
-    def _decode_node(self, decoder: NodeFrameDecoder, msg: Inbound, header: NodeHeader,
-                     pending: _Pending) -> list[list[GpuRecord]] | None:
-        try:
-            return decoder.decode_checked(msg.value, header)
-        except FrameError as exc:
-            self._reject(msg, f"undecodable frame: {exc}", pending)
-        except Exception as exc:  # a decoder bug met by hostile input: set the frame aside, go on
-            self.counters["decoder_errors"] += 1
-            log.debug("decoder error at %d@%d", msg.partition, msg.offset, exc_info=True)
-            self._reject(msg, f"undecodable frame (decoder error {type(exc).__name__}: {exc})", pending)
-        return None
 
     def _accept_node(self, msg: Inbound, groups: list[list[GpuRecord]], pending: _Pending, base: int) -> None:
         """A node frame's records: one entry (the message is dead-lettered or stored whole), each GPU observed."""

@@ -172,7 +172,7 @@ class FrameEncoder:
         if prev is None:
             table = window_keys
             old = [None] * len(table)
-            parts.append(uvarint(len(table)) + b"".join(map(self._table_entry, table)))
+            parts.append(uvarint(len(table)) + b"".join(table_entry(self._field_ids, k) for k in table))
         else:
             table = prev.table
             old = prev.columns
@@ -233,13 +233,6 @@ class FrameEncoder:
         self._force = False
         return frame
 
-    def _table_entry(self, key: str) -> bytes:
-        field_id = self._field_ids.get(key)
-        if field_id:
-            return uvarint(field_id)
-        if not isinstance(key, str):
-            raise ValueError(f"metric key must be a string, got {key!r:.40}")
-        return b"\x00" + opt_string(key)
 
 
 def window_columns(dicts: list[dict[str, float]]) -> tuple[tuple[str, ...], set[str], dict[str, Sequence[object]]]:
@@ -395,20 +388,7 @@ class FrameDecoder:
             prev = state
         elif state is not None and state.gpu != hdr.gpu:
             raise FrameError(f"keyframe of {hdr.gpu} given to the decoder of {state.gpu}")
-        end = len(frame) - 4
-        if hdr.compressed:
-            packed = frame[hdr.size : end]
-            try:
-                # The output buffer is sized from the zstd header when it declares a size: check it first.
-                declared = zstandard.frame_content_size(packed)
-                if declared > MAX_BODY:
-                    raise FrameError(f"zstd body declares {declared} bytes, more than {MAX_BODY}", hdr.size)
-                body = self._zstd.decompress(packed, max_output_size=MAX_BODY)
-            except zstandard.ZstdError as exc:
-                raise FrameError(f"zstd body does not decompress: {exc}", hdr.size) from None
-            r = Reader(body, where="decompressed body")
-        else:
-            r = Reader(frame, hdr.size, end)
+        r = body_reader(frame, hdr.size, hdr.compressed, self._zstd)
         n = hdr.count
         attrs, last_attrs = decode_attrs(r, n, None if prev is None else prev.attrs)
         (first_bits,) = FIRST_TS_BITS.unpack_from(frame, FIRST_TS_OFFSET)
@@ -469,23 +449,56 @@ class FrameDecoder:
             if count != len(prev.keys):
                 raise r.fail(f"delta frame has {count} columns, its keyframe had {len(prev.keys)}", at)
             return prev.keys, list(prev.columns)
-        keys: list[str | None] = []
-        seen: set[str] = set()
-        for _ in range(count):
-            at = r.pos
-            field_id = r.uvarint("field id")
-            key: str | None
-            if field_id:
-                key = self._keys.get(field_id)
-                if key is None:
-                    self.unknown_fields.add(field_id)
-            else:
-                key = r.opt_string("metric key")
-                if key is None:
-                    raise r.fail("metric key is null", at)
-            if key is not None:
-                if key in seen:
-                    raise r.fail(f"metric {key} appears twice in the table", at)
-                seen.add(key)
-            keys.append(key)
-        return keys, [None] * count
+        return read_table_entries(r, count, self._keys, self.unknown_fields), [None] * count
+
+
+def table_entry(field_ids: dict[str, int], key: str) -> bytes:
+    """A keyframe's metric table entry: the catalog's field id, or 0 and the key itself."""
+    field_id = field_ids.get(key)
+    if field_id:
+        return uvarint(field_id)
+    if not isinstance(key, str):
+        raise ValueError(f"metric key must be a string, got {key!r:.40}")
+    return b"\x00" + opt_string(key)
+
+
+def read_table_entries(r: Reader, count: int, keys_by_id: dict[int, str], unknown: set[int]) -> list[str | None]:
+    """A keyframe's ``count`` metric table entries; None for a field id not in ``keys_by_id`` (added to
+    ``unknown``: its column is skipped)."""
+    keys: list[str | None] = []
+    seen: set[str] = set()
+    for _ in range(count):
+        at = r.pos
+        field_id = r.uvarint("field id")
+        key: str | None
+        if field_id:
+            key = keys_by_id.get(field_id)
+            if key is None:
+                unknown.add(field_id)
+        else:
+            key = r.opt_string("metric key")
+            if key is None:
+                raise r.fail("metric key is null", at)
+        if key is not None:
+            if key in seen:
+                raise r.fail(f"metric {key} appears twice in the table", at)
+            seen.add(key)
+        keys.append(key)
+    return keys
+
+
+def body_reader(frame: bytes, start: int, compressed: bool, zstd: zstandard.ZstdDecompressor) -> Reader:
+    """A reader over a frame's body (from ``start`` to the checksum), decompressed when it is."""
+    end = len(frame) - 4
+    if not compressed:
+        return Reader(frame, start, end)
+    packed = frame[start:end]
+    try:
+        # The output buffer is sized from the zstd header when it declares a size: check it first.
+        declared = zstandard.frame_content_size(packed)
+        if declared > MAX_BODY:
+            raise FrameError(f"zstd body declares {declared} bytes, more than {MAX_BODY}", start)
+        body = zstd.decompress(packed, max_output_size=MAX_BODY)
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"zstd body does not decompress: {exc}", start) from None
+    return Reader(body, where="decompressed body")

@@ -38,7 +38,14 @@ from telemetry.catalog import CATALOG, Metric, table_id
 from telemetry.codec.attrs import Attrs, decode_attrs, encode_attrs
 from telemetry.codec.columns import MISSING, NO_PLAN, REPEAT, ColumnPlan
 from telemetry.codec.errors import FrameError
-from telemetry.codec.frame import MAX_BODY, catalog_maps, dict_builder, window_columns
+from telemetry.codec.frame import (
+    body_reader,
+    catalog_maps,
+    dict_builder,
+    read_table_entries,
+    table_entry,
+    window_columns,
+)
 from telemetry.codec.header import (
     CRC,
     FLAG_KEYFRAME,
@@ -53,7 +60,7 @@ from telemetry.codec.header import (
 from telemetry.codec.planes import codec, pack_bits, read_bits
 from telemetry.codec.processes import ProcessState, decode_processes, encode_processes
 from telemetry.codec.slots import LOST, Segments, SlotState, encode_slot_column, read_slot_column, repeated_values
-from telemetry.codec.wire import Reader, opt_string, uvarint
+from telemetry.codec.wire import Reader, uvarint
 from telemetry.records import GpuRecord, ProcessRecord
 
 NODE_MAGIC = b"GN"
@@ -186,7 +193,7 @@ class NodeFrameEncoder:
         if keyframe:
             parts.extend(map(pack_gpu, gpus))
             table: tuple[str | None, ...] = window_keys
-            parts.append(uvarint(len(table)) + b"".join(self._table_entry(k) for k in window_keys))
+            parts.append(uvarint(len(table)) + b"".join(table_entry(self._field_ids, k) for k in window_keys))
             old_cols: Sequence[SlotState | None] = [None] * len(table)
             old_attrs: Sequence[Attrs | None] = [None] * nslots
             old_procs: Sequence[ProcessState | None] = [None] * nslots
@@ -242,14 +249,6 @@ class NodeFrameEncoder:
         self._force = False
         return frame
 
-    def _table_entry(self, key: str) -> bytes:
-        field_id = self._field_ids.get(key)
-        if field_id:
-            return uvarint(field_id)
-        if not isinstance(key, str):
-            raise ValueError(f"metric key must be a string, got {key!r:.40}")
-        return b"\x00" + opt_string(key)
-
 
 class NodeFrameDecoder:
     """Decodes one node stream's frames, in order, into each GPU's records.
@@ -287,19 +286,7 @@ class NodeFrameDecoder:
                 raise FrameError(f"sequence gap: expected frame {expected}, got {hdr.seq}; this delta frame's "
                                  "base is missing, waiting for a keyframe")
             prev = state
-        end = len(frame) - CRC.size
-        if hdr.compressed:
-            packed = frame[hdr.size : end]
-            try:
-                declared = zstandard.frame_content_size(packed)
-                if declared > MAX_BODY:
-                    raise FrameError(f"zstd body declares {declared} bytes, more than {MAX_BODY}", hdr.size)
-                body = self._zstd.decompress(packed, max_output_size=MAX_BODY)
-            except zstandard.ZstdError as exc:
-                raise FrameError(f"zstd body does not decompress: {exc}", hdr.size) from None
-            r = Reader(body, where="decompressed body")
-        else:
-            r = Reader(frame, hdr.size, end)
+        r = body_reader(frame, hdr.size, hdr.compressed, self._zstd)
         return self._body(r, hdr, prev)
 
     def _body(self, r: Reader, hdr: NodeHeader, prev: _State | None) -> list[list[GpuRecord]]:
@@ -391,26 +378,7 @@ class NodeFrameDecoder:
 
     def _read_table(self, r: Reader) -> tuple[str | None, ...]:
         count = r.count("column count", r.remaining)
-        keys: list[str | None] = []
-        seen: set[str] = set()
-        for _ in range(count):
-            at = r.pos
-            field_id = r.uvarint("field id")
-            key: str | None
-            if field_id:
-                key = self._keys.get(field_id)
-                if key is None:
-                    self.unknown_fields.add(field_id)
-            else:
-                key = r.opt_string("metric key")
-                if key is None:
-                    raise r.fail("metric key is null", at)
-            if key is not None:
-                if key in seen:
-                    raise r.fail(f"metric {key} appears twice in the table", at)
-                seen.add(key)
-            keys.append(key)
-        return tuple(keys)
+        return tuple(read_table_entries(r, count, self._keys, self.unknown_fields))
 
 
 __all__ = ["LOST", "NodeFrameDecoder", "NodeFrameEncoder", "NodeHeader", "Segments", "is_node_frame",

@@ -72,14 +72,13 @@ class SlotState:
     for a slot that has had no value of this column since the keyframe.
     """
 
-    __slots__ = ("complete", "ds", "ks", "param", "tag")
+    __slots__ = ("ds", "ks", "param", "tag")
 
     def __init__(self, tag: int, param: int | bytes | None, ks: tuple[int | None, ...], ds: tuple[int, ...]) -> None:
         self.tag = tag
         self.param = param
         self.ks = ks
         self.ds = ds
-        self.complete = None not in ks  # every slot has a base: a BASED block has no first values
 
     def value(self, k: int) -> object:
         return _unscale(self.tag, self.param, k)
