@@ -28,8 +28,11 @@ periods, a fifth of wall time with a runnable task waiting, a thread at 85% of a
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import itemgetter
 from typing import Final
 
 from telemetry import keys as k
@@ -54,6 +57,7 @@ _I: Final = {key: i for i, key in enumerate(KEYS)}
 _HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO_WAITING_RATIO] + 1))
 _SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS_PER_SECOND], _I[k.INFERENCE_KV_CACHE_RATIO] + 1))
 _EVIDENCE_KEYS: Final = frozenset(KEYS[i] for i in _HOST | _SERVER)
+_TS: Final = itemgetter(0)
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
 PRESSURE: Final = 0.2  # some task waited for a CPU this share of wall time: the node is contended
@@ -88,6 +92,7 @@ class Evidence:
     readings: deque[tuple[float, tuple[float | None, ...]]] = field(default_factory=lambda: deque(maxlen=_KEEP))
     seen: bool = False  # whether any reading held host or server evidence (else: an agent without it)
     last_ts: float = -1e18  # when a record was last looked at
+    served_ts: float = -1e18  # when a kept reading last held an inference server's figures
 
     def observe(self, ts: float, m: dict[str, float]) -> None:
         if ts - self.last_ts < EVERY:
@@ -98,21 +103,32 @@ class Evidence:
             if not (m.keys() & _EVIDENCE_KEYS):
                 return
             self.seen = True
-        self.readings.append((ts, tuple(m.get(key) for key in KEYS)))
+        reading = tuple(m.get(key) for key in KEYS)
+        self.readings.append((ts, reading))
+        if any(reading[i] is not None for i in _SERVER):
+            self.served_ts = ts
 
     def serves(self) -> bool:
-        """Whether an inference server's figures came for this GPU (it serves requests)."""
-        return any(v[i] is not None for _, v in self.readings for i in _SERVER)
+        """Whether an inference server's figures came for this GPU (it serves requests): in a reading
+        still kept. Read from when the last such reading came rather than by scanning them all: the
+        throughput detector asks this at each sample of a fall."""
+        return bool(self.readings) and self.served_ts >= self.readings[0][0]
 
     def clear(self) -> None:
         self.readings.clear()
         self.seen = False
         self.last_ts = -1e18
+        self.served_ts = -1e18
 
     def _mean(self, key: str, start: float, end: float) -> float | None:
+        # the readings are in time order: only those of the window are looked at (a fall is weighed
+        # every few seconds, twenty keys at a time, over a window of a fifth of what is kept)
         i = _I[key]
-        vals = [v[i] for t, v in self.readings if start <= t <= end and v[i] is not None]
-        return sum(vals) / len(vals) if vals else None  # type: ignore[arg-type]
+        readings = self.readings
+        lo = bisect_left(readings, start, key=_TS)
+        hi = bisect_right(readings, end, lo, key=_TS)
+        vals = [x for _, v in islice(readings, lo, hi) if (x := v[i]) is not None]
+        return sum(vals) / len(vals) if vals else None
 
     def windows(self, key: str, since: float, ts: float) -> tuple[float | None, float | None]:
         """The mean of ``key`` in the minutes before ``since`` and in the time since it."""
