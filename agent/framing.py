@@ -13,7 +13,11 @@ the collector resumes from the last keyframe after a restart.
 one column per metric for the whole node, where ``"gpu"`` sends a frame per GPU. At 1 Hz
 that is 1-2 records per GPU frame, whose fixed costs made 3.2 bytes per value on the
 Kafka log and most of the collector's decoding time (issue 16). ``"gpu"`` remains for
-collectors older than node frames (upgrade the collectors first).
+collectors older than node frames (upgrade the collectors first). ``deflate`` (the agent's
+``frame_deflate``, on by default) compresses each node frame's body as the next part of one
+deflate stream per keyframe interval: a frame of ~10 records is too small for a compressor of
+its own, but against the frames before it its repeated structure and small residuals shrink by
+about 30% (docs/codec.md, "Deflated node streams").
 
 Messages are keyed by the node (:func:`telemetry.wire.partition_key`), so Kafka keeps each GPU's
 frames in order and a pod's GPUs on one partition. Every frame and
@@ -67,11 +71,13 @@ class Framer:
         clock: Callable[[], float] = time.time,
         cpu: ThreadCpu | None = None,
         layout: str = "node",
+        deflate: bool = False,
     ) -> None:
         if layout not in ("node", "gpu"):
             raise ValueError(f"frame layout must be 'node' or 'gpu', got {layout!r}")
         self.submit = submit
         self.layout = layout
+        self.deflate = deflate  # node frames only: each body deflated against the frames before it
         self.node = node
         self.instance = instance
         self.window = window
@@ -174,8 +180,9 @@ class Framer:
         self._pending = {}
         encoder = self._node_encoder
         if encoder is None:
-            encoder = self._node_encoder = NodeFrameEncoder(keyframe_every=self.keyframe_every,
-                                                            zstd_level=self.zstd_level)
+            encoder = self._node_encoder = NodeFrameEncoder(
+                keyframe_every=self.keyframe_every, zstd_level=None if self.deflate else self.zstd_level,
+                deflate=self.deflate)
         frame = encoder.encode(windows)
         self.frames_total += 1
         self.records_total += sum(map(len, windows))

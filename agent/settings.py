@@ -90,6 +90,9 @@ class AgentSettings(BaseSettings, KafkaSecurityFields):
     frame_layout: Literal["node", "gpu"] = Field(
         "node", description="one frame per node and flush (node), or one per GPU (gpu: for collectors that predate "
         "node frames)")
+    frame_deflate: bool = Field(
+        True, description="deflate each node frame as the next part of one stream per keyframe interval (about 30% "
+        "fewer bytes on the Kafka log; false for collectors that predate it)")
     # a CPU profile of the Python processes on a GPU when a throughput drop opens there (agent.profiling)
     profile: bool = Field(False, description="take py-spy profiles when the collector asks (needs SYS_PTRACE)")
     profile_duration_s: float = Field(5.0, ge=1, le=60, description="length of one capture, s")

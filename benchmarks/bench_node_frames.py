@@ -70,11 +70,15 @@ def load_fleet(gpus_per_node: int, min_records: int) -> list[list[GpuRecord]]:
     return nodes
 
 
+LAYOUTS = ("gpu", "node", "node+deflate")  # the last: node frames as the agent sends them by default
+
+
 def frame(records: list[GpuRecord], node: str, layout: str) -> list[list[Message]]:
     """The node's messages as its Framer emits them, grouped by the tick that emitted them."""
     ticks: list[list[Message]] = []
     current: list[Message] = []
-    framer = Framer(current.append, node=node, instance="0123456789abcdef", layout=layout, clock=lambda: 0.0)
+    framer = Framer(current.append, node=node, instance="0123456789abcdef", layout=layout.split("+")[0],
+                    deflate=layout.endswith("+deflate"), clock=lambda: 0.0)
     now = records[0].ts
     for r in records:
         while now + TICK_S <= r.ts:
@@ -93,11 +97,11 @@ def frame(records: list[GpuRecord], node: str, layout: str) -> list[list[Message
     return ticks
 
 
-def log_bytes(ticks: list[list[Message]]) -> tuple[int, int]:
+def log_bytes(ticks: list[list[Message]], codec: int = DefaultRecordBase.CODEC_ZSTD) -> tuple[int, int]:
     """(bytes of the Kafka record batches, zstd, as a broker stores them; raw frame bytes)."""
     total = raw = 0
     for tick in ticks:
-        builder = DefaultRecordBatchBuilder(2, DefaultRecordBase.CODEC_ZSTD, False, -1, -1, -1, 1 << 20)
+        builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 20)
         for offset, m in enumerate(tick):
             builder.append(offset, 1_800_000_000_000, m.key, m.value, list(m.headers))
             raw += len(m.value)
@@ -109,7 +113,7 @@ def decode_cpu(messages: list[list[Message]], layout: str) -> float:
     """CPU seconds to decode every node's messages with fresh decoders."""
     t = time.process_time()
     for node_messages in messages:
-        if layout == "node":
+        if layout.startswith("node"):
             decoder = NodeFrameDecoder()
             for m in node_messages:
                 decoder.decode_checked(m.value, peek_node_header(m.value))
@@ -163,19 +167,20 @@ def run(gpus_per_node: int, min_records: int, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": len(nodes), "gpus_per_node": gpus_per_node, "gpu_samples": samples,
                            "metric_values": values, "framer": "window 10, max_delay 1 s, tick 0.25 s",
                            "python": platform.python_version(), "machine": platform.machine()}
-    for layout in ("gpu", "node"):
+    for layout in LAYOUTS:
         ticks = [frame(n, n[0].node, layout) for n in nodes]
         batches = [t for node_ticks in ticks for t in node_ticks]
         total, raw = log_bytes(batches)
+        plain, _ = log_bytes(batches, DefaultRecordBase.CODEC_NONE)
         messages = [[m for t in node_ticks for m in t] for node_ticks in ticks]
         frames = sum(len(m) for m in messages)
         out[layout] = {"frames": frames, "batches": len(batches), "records_per_frame": round(samples / frames, 2),
                        "frame_bytes_per_value": round(raw / values, 3),
                        "log_bytes_per_value": round(total / values, 3),
+                       "log_bytes_per_value_uncompressed_batches": round(plain / values, 3),
                        "log_bytes_per_gpu_sample": round(total / samples, 1)}
-    layouts = {layout: [[m for t in frame(n, n[0].node, layout) for m in t] for n in nodes]
-                for layout in ("gpu", "node")}
-    decode = {"gpu": float("inf"), "node": float("inf")}
+    layouts = {layout: [[m for t in frame(n, n[0].node, layout) for m in t] for n in nodes] for layout in LAYOUTS}
+    decode = dict.fromkeys(LAYOUTS, float("inf"))
     best = dict(decode)
     for _ in range(repeat):  # alternated, so a slower minute of the VM weighs on both
         for layout, messages in layouts.items():
@@ -187,6 +192,10 @@ def run(gpus_per_node: int, min_records: int, repeat: int) -> dict[str, Any]:
     out["ratio_ingest_detect"] = round(best["node"] / best["gpu"], 3)
     out["ratio_decode"] = round(decode["node"] / decode["gpu"], 3)
     out["ratio_log_bytes"] = round(out["node"]["log_bytes_per_value"] / out["gpu"]["log_bytes_per_value"], 3)
+    deflated = out["node+deflate"]
+    out["ratio_deflate_log_bytes"] = round(deflated["log_bytes_per_value"] / out["node"]["log_bytes_per_value"], 3)
+    out["ratio_deflate_decode"] = round(decode["node+deflate"] / decode["node"], 3)
+    out["ratio_deflate_ingest_detect"] = round(best["node+deflate"] / best["node"], 3)
     return out
 
 

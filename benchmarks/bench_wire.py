@@ -12,6 +12,8 @@ codec and divides. Run from the repository root::
 
     .venv/bin/python benchmarks/bench_wire.py --nodes 4 --gpus 8 --seconds 120 --json out.json
     .venv/bin/python benchmarks/bench_wire.py --layout gpu ...   # a frame per GPU, as before node frames
+    .venv/bin/python benchmarks/bench_wire.py --no-deflate ...   # node frames without the deflate stream
+    .venv/bin/python benchmarks/bench_wire.py --kafka-compression none ...   # no batch compression
 
 Reported: bytes per metric value on the log (record batches, compressed, headers and keys
 included), per GPU-sample, and per day for 100,000 GPUs at that rate; records per frame and
@@ -138,7 +140,8 @@ def _decode(batches: list[bytes]) -> dict[str, Any]:
     return {"messages": messages, "frames": frames, "samples": samples, "values": values}
 
 
-def run(nodes: int, gpus: int, seconds: float, partitions: int, layout: str = "node") -> dict[str, Any]:
+def run(nodes: int, gpus: int, seconds: float, partitions: int, layout: str = "node", deflate: bool = True,
+        kafka_compression: str = "zstd") -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gpuwatch-wire-"))
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
@@ -156,7 +159,8 @@ def run(nodes: int, gpus: int, seconds: float, partitions: int, layout: str = "n
                 time.sleep(0.1)
         env = {**os.environ, "GPUWATCH_SPOOL_DIR": str(work / "spool"), "GPUWATCH_PROBE_SOCKET": "",
                "GPUWATCH_HOST_EVIDENCE": "false", "GPUWATCH_ATTRIBUTION": "false",
-               "GPUWATCH_FRAME_LAYOUT": layout}
+               "GPUWATCH_FRAME_LAYOUT": layout, "GPUWATCH_FRAME_DEFLATE": str(deflate).lower(),
+               "GPUWATCH_KAFKA_COMPRESSION": kafka_compression}
         for n in range(nodes):
             agents.append(subprocess.Popen(
                 [sys.executable, "-m", "gpuwatch", "agent", "--simulate", str(gpus), "--node-name", f"wire-node-{n}",
@@ -182,6 +186,7 @@ def run(nodes: int, gpus: int, seconds: float, partitions: int, layout: str = "n
     per_sample = log_bytes / samples if samples else 0.0
     return {
         "nodes": nodes, "gpus_per_node": gpus, "seconds": seconds, "partitions": partitions, "layout": layout,
+        "deflate": deflate and layout == "node", "kafka_compression": kafka_compression,
         "batches": len(batches), "log_bytes": log_bytes, **counts,
         "bytes_per_value": log_bytes / values if values else None,
         "bytes_per_gpu_sample": per_sample,
@@ -199,9 +204,12 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--layout", choices=["node", "gpu"], default="node", help="the agents' frame layout")
+    p.add_argument("--no-deflate", action="store_true", help="node frames without the deflate stream")
+    p.add_argument("--kafka-compression", choices=["zstd", "lz4", "gzip", "none"], default="zstd")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args()
-    result = run(args.nodes, args.gpus, args.seconds, args.partitions, args.layout)
+    result = run(args.nodes, args.gpus, args.seconds, args.partitions, args.layout, not args.no_deflate,
+                 args.kafka_compression)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=1))

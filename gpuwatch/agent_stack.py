@@ -155,7 +155,7 @@ class AgentStack:
 
             self.framer = Framer(producer.submit, node=settings.node_name, instance=instance,
                                  window=settings.frame_window, max_delay_s=settings.frame_max_delay, cpu=cpu,
-                                 layout=settings.frame_layout)
+                                 layout=settings.frame_layout, deflate=settings.frame_deflate)
             self.profiler = from_settings(settings, instance, producer.submit, cpu)
             sinks, events = (self.framer.add,), (self.framer.add_event,)
             if self.profiler.config.enabled:

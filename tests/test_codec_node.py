@@ -57,19 +57,21 @@ def _decoded(flushes: list[list[list[GpuRecord]]], encoder: NodeFrameEncoder) ->
 
 
 @COMMON
-@given(node_flushes(), st.integers(min_value=1, max_value=3), st.sampled_from([None, 1]))
+@given(node_flushes(), st.integers(min_value=1, max_value=3), st.sampled_from([None, 1, "deflate"]))
 def test_lossless_node_streams_come_back_bit_for_bit(flushes: list[list[list[GpuRecord]]], keyframe_every: int,
-                                                    level: int | None) -> None:
-    for sent, got in _decoded(flushes, NodeFrameEncoder(quantize=False, keyframe_every=keyframe_every,
-                                                        zstd_level=level)):
+                                                    packing: int | str | None) -> None:
+    encoder = NodeFrameEncoder(quantize=False, keyframe_every=keyframe_every, deflate=packing == "deflate",
+                               zstd_level=packing if isinstance(packing, int) else None)
+    for sent, got in _decoded(flushes, encoder):
         assert [exact_record(r) for r in got] == [exact_record(r) for r in sent]
 
 
 @COMMON
-@given(node_flushes(), st.integers(min_value=1, max_value=3))
+@given(node_flushes(), st.integers(min_value=1, max_value=3), st.booleans())
 def test_quantised_node_streams_come_back_within_half_a_quantum(flushes: list[list[list[GpuRecord]]],
-                                                               keyframe_every: int) -> None:
-    for sent, got in _decoded(flushes, NodeFrameEncoder(quantize=True, keyframe_every=keyframe_every)):
+                                                               keyframe_every: int, deflate: bool) -> None:
+    for sent, got in _decoded(flushes, NodeFrameEncoder(quantize=True, keyframe_every=keyframe_every,
+                                                        deflate=deflate)):
         assert len(sent) == len(got)
         for a, b in zip(sent, got, strict=True):
             assert_within_quantum(a, b)
@@ -109,6 +111,55 @@ def test_a_refused_frame_leaves_the_decoder_as_it_was() -> None:
     assert decoder.decode(frames[1]) and decoder.decode(frames[2])  # the stream goes on
 
 
+def test_a_deflated_stream_is_smaller_and_decodes_to_the_same_records() -> None:
+    flushes = _trace_flushes(gpus=4, seconds=60, per=1)
+    plain_encoder, deflating = NodeFrameEncoder(keyframe_every=20), NodeFrameEncoder(keyframe_every=20, deflate=True)
+    plain = [plain_encoder.encode(f) for f in flushes]
+    deflated = [deflating.encode(f) for f in flushes]
+    assert [peek_node_header(f).deflated for f in deflated] == [True] * len(flushes)
+    assert not any(peek_node_header(f).deflated for f in plain)
+    assert [peek_node_header(f).keyframe for f in deflated] == [peek_node_header(f).keyframe for f in plain]
+    assert sum(map(len, deflated[1:20])) < 0.9 * sum(map(len, plain[1:20]))  # delta frames, against their past
+    a, b = NodeFrameDecoder(), NodeFrameDecoder()
+    assert [a.decode(f) for f in plain] == [b.decode(f) for f in deflated]
+    late = NodeFrameDecoder()  # a context starts at each keyframe: a decoder can join there
+    with pytest.raises(FrameError, match="before any keyframe"):
+        late.decode(deflated[5])
+    assert late.decode(deflated[20]) == NodeFrameDecoder().decode(plain[20])
+
+
+def test_a_refused_deflated_frame_leaves_the_stream_context_as_it_was() -> None:
+    flushes = _trace_flushes()
+    encoder = NodeFrameEncoder(keyframe_every=60, deflate=True)
+    frames = [encoder.encode(f) for f in flushes]
+    decoder = NodeFrameDecoder()
+    decoder.decode(frames[0])
+    cut = frames[1][: 12 + (len(frames[1]) - 16) // 2]  # half the body lost, the checksum made right again
+    with pytest.raises(FrameError, match="inflated body"):
+        decoder.decode(_with_crc(cut + b"\0\0\0\0"))
+    with pytest.raises(FrameError):
+        decoder.decode(_with_crc(frames[1][:14] + b"\xff" * 40 + b"\0\0\0\0"))
+    for f in frames[1:]:  # the inflater was a copy: the stream goes on from where it was
+        assert decoder.decode(f)
+
+
+def test_a_deflated_delta_frame_needs_a_deflated_keyframe_and_one_compression() -> None:
+    flushes = _trace_flushes()
+    plain = NodeFrameEncoder(keyframe_every=60)
+    deflating = NodeFrameEncoder(keyframe_every=60, deflate=True)
+    decoder = NodeFrameDecoder()
+    decoder.decode(plain.encode(flushes[0]))
+    deflating.encode(flushes[0])
+    with pytest.raises(FrameError, match="were not deflated"):
+        decoder.decode(deflating.encode(flushes[1]))
+    both = bytearray(plain.encode(flushes[1])[:-4])
+    both[3] |= 0x02 | 0x08
+    with pytest.raises(FrameError, match="both zstd and deflate"):
+        decoder.decode(_with_crc(bytes(both) + b"\0\0\0\0"))
+    with pytest.raises(ValueError, match="not both"):
+        NodeFrameEncoder(deflate=True, zstd_level=3)
+
+
 def test_a_new_gpu_makes_a_keyframe_and_a_silent_one_leaves_the_table_at_a_periodic_keyframe() -> None:
     flushes = _trace_flushes(gpus=3, seconds=60, per=1)
     encoder = NodeFrameEncoder(keyframe_every=4)
@@ -146,8 +197,9 @@ _FRAMES: list[bytes] = []
 
 def _frames() -> list[bytes]:
     if not _FRAMES:
-        for quantize, level in ((True, None), (False, None), (True, 3)):
-            encoder = NodeFrameEncoder(quantize=quantize, keyframe_every=3, zstd_level=level)
+        for quantize, level, deflate in ((True, None, False), (False, None, False), (True, 3, False),
+                                         (True, None, True)):
+            encoder = NodeFrameEncoder(quantize=quantize, keyframe_every=3, zstd_level=level, deflate=deflate)
             _FRAMES.extend(encoder.encode(f) for f in _trace_flushes(gpus=3, seconds=24, per=2))
     return _FRAMES
 

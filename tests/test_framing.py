@@ -82,3 +82,20 @@ def test_a_keyframe_request_makes_the_next_node_frame_a_keyframe() -> None:
     framer.add(_record("GPU-2", 3.0))  # a GPU the frame's table lacks: a keyframe too
     framer.add(_record("GPU-2", 4.0))
     assert [peek_node_header(m.value).keyframe for m in out] == [True, False, False, True, True, False]
+
+
+def test_the_agents_deflate_setting_deflates_its_node_frames_and_a_keyframe_starts_a_new_context() -> None:
+    from agent.settings import AgentSettings
+
+    assert AgentSettings().frame_deflate  # the agent's default
+    out: list[Message] = []
+    framer = Framer(out.append, node="node-a", instance="0123456789abcdef", window=1, keyframe_every=60,
+                    deflate=True)
+    for ts in range(3):
+        framer.add(_record("GPU-1", float(ts)))
+    framer.request_keyframe(None)
+    framer.add(_record("GPU-1", 3.0))
+    assert [(peek_node_header(m.value).keyframe, peek_node_header(m.value).deflated) for m in out] == [
+        (True, True), (False, True), (False, True), (True, True)]
+    late = NodeFrameDecoder()  # joins at the requested keyframe: its context starts there
+    assert [(r.gpu, r.ts) for g in late.decode(out[3].value) for r in g] == [("GPU-1", 3.0)]

@@ -19,6 +19,17 @@ A node frame is ``header | body | CRC-32``::
              columns   per column sent: a slot block
              processes per slot with records: its process section (processes.py)
 
+With ``FLAG_DEFLATE`` the body is the next part of one raw deflate stream (level 6, 32 KiB
+window) that the keyframe starts: the encoder ends each frame's part with a sync flush and
+leaves out its fixed last four bytes (``00 00 ff ff``), which the decoder adds back. Why: a
+body of ~570 bytes gives a compressor little to work with alone (zstd 3 per frame: 1.27 bytes
+per value on the real traces, from 1.56), but coded against the frames before it, its tags,
+lengths, flags and attributes repeat and its byte planes of small residuals are entropy-coded:
+1.11 (docs/benchmarks.md). It adds no dependency between frames that delta coding does not
+already make: a delta frame needs every frame since its keyframe either way. Why deflate and
+not a zstd stream: zlib's contexts can be copied, so a refused frame leaves the decoder's
+context as it was (a zstd stream was smaller only at level 19).
+
 A node's records are ordered by slot, then by time. The GPUs of a node are its *slots*,
 fixed by the keyframe; a GPU that appears makes the next frame a keyframe, and a periodic
 keyframe drops the GPUs that sent nothing for a keyframe interval.
@@ -27,6 +38,7 @@ keyframe drops the GPUs that sent nothing for a keyframe interval.
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -39,6 +51,7 @@ from telemetry.codec.attrs import Attrs, decode_attrs, encode_attrs
 from telemetry.codec.columns import MISSING, NO_PLAN, REPEAT, ColumnPlan
 from telemetry.codec.errors import FrameError
 from telemetry.codec.frame import (
+    MAX_BODY,
     body_reader,
     catalog_maps,
     dict_builder,
@@ -67,7 +80,11 @@ NODE_MAGIC = b"GN"
 NODE_VERSION = 1
 NODE_FIXED = struct.Struct("<2sBBII")
 MAX_SLOTS = 1024  # GPUs (and MIG instances) of one node
-_KNOWN_FLAGS = FLAG_KEYFRAME | FLAG_ZSTD | FLAG_QUANTISED
+FLAG_DEFLATE = 0x08  # node frames only: the body continues the stream's deflate context (below)
+_KNOWN_FLAGS = FLAG_KEYFRAME | FLAG_ZSTD | FLAG_QUANTISED | FLAG_DEFLATE
+DEFLATE_LEVEL = 6
+_DEFLATE_WBITS = -15  # raw deflate, a 32 KiB window: the last ~50 frames of a node stream
+_SYNC_TAIL = b"\x00\x00\xff\xff"  # what every sync flush ends with: not sent, the decoder adds it back
 _SEQ_MASK = 0xFFFFFFFF
 _TS_PLAN = ColumnPlan(counter=True)
 _METRICS = attrgetter("metrics")
@@ -86,6 +103,7 @@ class NodeHeader:
     table_id: int
     seq: int
     size: int  # header bytes: the body starts here
+    deflated: bool = False  # the body continues the stream's deflate context (FLAG_DEFLATE)
 
 
 def peek_node_header(frame: bytes) -> NodeHeader:
@@ -101,8 +119,10 @@ def peek_node_header(frame: bytes) -> NodeHeader:
         raise FrameError("checksum mismatch: the frame is corrupt", len(frame) - CRC.size)
     if flags & ~_KNOWN_FLAGS:
         raise FrameError(f"unknown frame flags {flags:#x}", 3)
+    if flags & FLAG_ZSTD and flags & FLAG_DEFLATE:
+        raise FrameError("frame flags say both zstd and deflate", 3)
     return NodeHeader(bool(flags & FLAG_KEYFRAME), bool(flags & FLAG_ZSTD), bool(flags & FLAG_QUANTISED),
-                      table, seq, NODE_FIXED.size)
+                      table, seq, NODE_FIXED.size, bool(flags & FLAG_DEFLATE))
 
 
 @dataclass(slots=True)
@@ -116,17 +136,25 @@ class _State:
     ts: SlotState | None
     attrs: list[Attrs | None]
     procs: list[ProcessState | None]
+    inflater: zlib._Decompress | None = None  # the decoder's deflate context since the keyframe, if deflated
 
 
 class NodeFrameEncoder:
     """Encodes one node's flushes (each GPU's pending records) into node frames."""
 
     def __init__(self, quantize: bool = True, keyframe_every: int = 60, zstd_level: int | None = None, *,
-                 metrics: Sequence[Metric] = CATALOG) -> None:
+                 deflate: bool = False, metrics: Sequence[Metric] = CATALOG) -> None:
+        """``deflate``: compress each body as the next part of one deflate stream per keyframe interval
+        (``FLAG_DEFLATE``), so a frame's bytes are coded against the frames before it; see the class
+        notes. Either it or ``zstd_level``, not both."""
         if keyframe_every < 1:
             raise ValueError(f"keyframe_every must be at least 1, got {keyframe_every}")
         if zstd_level is not None and not 1 <= zstd_level <= 22:
             raise ValueError(f"zstd level must be 1..22, got {zstd_level}")
+        if deflate and zstd_level is not None:
+            raise ValueError("a node frame encoder compresses with deflate or with zstd, not both")
+        self.deflate = deflate
+        self._deflater: zlib._Compress | None = None
         self.quantize = quantize
         self.keyframe_every = keyframe_every
         self._zstd = zstandard.ZstdCompressor(level=zstd_level) if zstd_level is not None else None
@@ -233,7 +261,14 @@ class NodeFrameEncoder:
             parts.append(block)
         body = b"".join(parts)
         flags = (FLAG_QUANTISED if self.quantize else 0) | (FLAG_KEYFRAME if keyframe else 0)
-        if self._zstd is not None:
+        if self.deflate:
+            deflater = self._deflater
+            if keyframe or deflater is None:  # (a stream's first frame is a keyframe)
+                deflater = self._deflater = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, _DEFLATE_WBITS)
+            body = deflater.compress(body) + deflater.flush(zlib.Z_SYNC_FLUSH)
+            assert body.endswith(_SYNC_TAIL)
+            body, flags = body[:-4], flags | FLAG_DEFLATE
+        elif self._zstd is not None:
             packed = self._zstd.compress(body)
             if len(packed) < len(body):
                 body, flags = packed, flags | FLAG_ZSTD
@@ -286,10 +321,15 @@ class NodeFrameDecoder:
                 raise FrameError(f"sequence gap: expected frame {expected}, got {hdr.seq}; this delta frame's "
                                  "base is missing, waiting for a keyframe")
             prev = state
-        r = body_reader(frame, hdr.size, hdr.compressed, self._zstd)
-        return self._body(r, hdr, prev)
+        inflater = None if prev is None else prev.inflater
+        if hdr.deflated:
+            r, inflater = _inflate(frame, hdr, inflater)
+        else:
+            r = body_reader(frame, hdr.size, hdr.compressed, self._zstd)
+        return self._body(r, hdr, prev, inflater)
 
-    def _body(self, r: Reader, hdr: NodeHeader, prev: _State | None) -> list[list[GpuRecord]]:
+    def _body(self, r: Reader, hdr: NodeHeader, prev: _State | None,
+              inflater: zlib._Decompress | None) -> list[list[GpuRecord]]:
         at = r.pos
         nslots = r.count("GPU count", MAX_SLOTS)
         if prev is None:
@@ -373,12 +413,36 @@ class NodeFrameDecoder:
         for (slot, start, end), attrs, procs in zip(segs, attr_cols, proc_lists, strict=True):
             out.append(list(map(GpuRecord, ts[start:end], attrs[0], repeat(gpus[slot]), metrics[start:end],
                                 attrs[1], attrs[2], procs, attrs[3], attrs[4], attrs[5], attrs[6])))
-        self._state = _State(hdr.seq, gpus, keys, new_cols, new_ts, new_attrs, new_procs)
+        self._state = _State(hdr.seq, gpus, keys, new_cols, new_ts, new_attrs, new_procs, inflater)
         return out
 
     def _read_table(self, r: Reader) -> tuple[str | None, ...]:
         count = r.count("column count", r.remaining)
         return tuple(read_table_entries(r, count, self._keys, self.unknown_fields))
+
+
+def _inflate(frame: bytes, hdr: NodeHeader, context: zlib._Decompress | None) -> tuple[Reader, zlib._Decompress]:
+    """The deflated body of ``frame``, and the stream's deflate context after it.
+
+    A keyframe starts a context; a delta frame continues the one its predecessor left. The
+    context is copied first, so a frame refused here or later leaves the stream's as it was.
+    """
+    if hdr.keyframe:
+        inflater = zlib.decompressobj(_DEFLATE_WBITS)
+    elif context is None:
+        raise FrameError("a deflated delta frame, but this stream's frames since its keyframe were not deflated",
+                         hdr.size)
+    else:
+        inflater = context.copy()
+    try:
+        body = inflater.decompress(frame[hdr.size : len(frame) - CRC.size] + _SYNC_TAIL, MAX_BODY)
+    except zlib.error as exc:
+        raise FrameError(f"deflated body does not inflate: {exc}", hdr.size) from None
+    if inflater.unconsumed_tail:
+        raise FrameError(f"deflated body inflates to more than {MAX_BODY} bytes", hdr.size)
+    if inflater.eof or inflater.unused_data:
+        raise FrameError("deflated body ends its deflate stream: the next frames would have no context", hdr.size)
+    return Reader(body, where="inflated body"), inflater
 
 
 __all__ = ["LOST", "NodeFrameDecoder", "NodeFrameEncoder", "NodeHeader", "Segments", "is_node_frame",
