@@ -106,7 +106,7 @@ def markdown(p: dict[str, float], inputs: dict[str, float]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--gpus", type=int, default=100_000)
-    ap.add_argument("--wire", type=Path, default=RUNS / "wire-2026-12-06-node.json")
+    ap.add_argument("--wire", type=Path, default=RUNS / "wire-2026-12-06-node-deflate.json")
     ap.add_argument("--ingest", type=Path, default=RUNS / "deploy-sizing.json")
     # a new database: real metric columns (migration 0091), 1-hour rollups in 30-day chunks (0092)
     ap.add_argument("--store", type=Path, default=RUNS / "timescale-chunks-real-2026-12-04-after.json")
