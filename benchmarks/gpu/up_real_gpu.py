@@ -126,7 +126,7 @@ def main() -> int:
         "load_rc": load.returncode, "load_stderr": load.stderr[-400:], "marks": marks,
         "status": {name: code for name, (code, _) in answers.items()},
         "gpus": [{k: g.get(k) for k in ("gpu", "model", "node", "health", "sample_age_seconds")} for g in gpus],
-        "anomalies": [{k: a.get(k) for k in ("kind", "severity", "start", "summary")} for a in anomalies],
+        "anomalies": [{k: a.get(k) for k in ("kind", "severity", "start_ts", "summary")} for a in anomalies],
         "series": {"source": series.get("source"), "buckets": len(series.get("times", [])),
                    "filled": {k: sum(v is not None for v in vals) for k, vals in series.get("series", {}).items()},
                    "max": {k: max((v for v in vals if v is not None), default=None)
@@ -136,6 +136,8 @@ def main() -> int:
         "collector_dead_letters": _metric(str(collector_metrics), "gpuwatch_collector_dead_lettered_frames_total"),
         "collector_metrics_status": status,
         "agent_dcgm_lines": sum(1 for line in str(agent_metrics).splitlines() if line.startswith("DCGM_FI_")),
+        "agent_frames": {name: _metric(str(agent_metrics), f"gpuwatch_agent_{name}_total")
+                         for name in ("frames", "frame_records", "frame_bytes")},
         "up_rc": rc, "left_behind": left,
     })
     (out / "check.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
