@@ -30,6 +30,10 @@ the same PostgreSQL measured in the same run.
 * The collector's stages are then timed one at a time in this process, without a profiler
   (Kafka fetch, frame decode, validate, prepare: CPU µs per GPU-sample), next to the CPU
   the collector and PostgreSQL used per GPU-sample during the run.
+* ``--replicas N`` starts N collector processes in one consumer group (the partitions split
+  among them, ``--partitions`` of them): samples/s of the tier on this machine, where the
+  broker, PostgreSQL and every replica share its cores.
+* ``--layout node`` sends deflated node frames, as the agent does by default.
 * ``--profile PATH`` runs the collector under cProfile and prints its hot spots (the
   throughput of such a run is not a benchmark figure: cProfile slows Python code).
 
@@ -231,7 +235,8 @@ class Infra:
         self.pg: Any = None
         self.tansu: subprocess.Popen[bytes] | None = None
         self.bootstrap = ""
-        self.collector: subprocess.Popen[bytes] | None = None
+        self.collector: subprocess.Popen[bytes] | None = None  # the first replica
+        self.collectors: list[subprocess.Popen[bytes]] = []  # every replica (``--replicas``), one consumer group
         self.collector_log = self.workdir / "collector.log"
 
     # ---- PostgreSQL ----
@@ -310,11 +315,22 @@ class Infra:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "GPUWATCH_MAX_BATCH": str(max_batch)}
         if fetch_max_wait_ms is not None:  # the collector's fetch_max_wait_ms setting
             env["GPUWATCH_FETCH_MAX_WAIT_MS"] = str(fetch_max_wait_ms)
-        self.collector = subprocess.Popen(cmd, stdout=self.collector_log.open("ab"), stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=self.collector_log.open("ab"), stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        self.collectors.append(proc)
+        self.collector = self.collectors[0]
+
+    def collector_pids(self) -> list[int]:
+        return [c.pid for c in self.collectors if c.poll() is None]
+
+    def collector_exited(self) -> bool:
+        return any(c.poll() is not None for c in self.collectors)
 
     def stop_collector(self) -> None:
-        _stop_process(self.collector, timeout=60)
+        for c in self.collectors:
+            _stop_process(c, timeout=60)
+        self.collectors = []
+        self.collector = None
 
     def collector_log_tail(self, n: int = 30) -> str:
         with contextlib.suppress(OSError):
@@ -493,7 +509,7 @@ def _encode_nodes(args: tuple[list[list[Clone]], int]) -> tuple[list[tuple[int, 
             for r in recs:
                 values += sum(1 for v in r.metrics.values() if not (isinstance(v, float) and math.isnan(v)))
                 processes += len(r.processes)
-        enc = NodeFrameEncoder(keyframe_every=KEYFRAME_EVERY)
+        enc = NodeFrameEncoder(keyframe_every=KEYFRAME_EVERY, deflate=True)  # as the agent sends them
         depth = max(map(len, runs))
         frames = [enc.encode([r[i:i + window] for r in runs]) for i in range(0, depth, window)]
         out.append((members[0].k, frames))
@@ -889,14 +905,15 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
         progress = Progress(infra.bootstrap, args.partitions)
         await progress.start()
         meter = CpuMeter({
-            "collector": lambda: [infra.collector.pid] if infra.collector else [],
+            "collector": infra.collector_pids,
             "postgresql": _children(infra.postmaster_pid),
             "tansu": lambda: [infra.tansu.pid] if infra.tansu else [],
             "bench (progress poller)": lambda: [os.getpid()],
         })
         meter.start()
         t_launch = time.monotonic()
-        infra.start_collector(args.max_batch, args.profile, detect=args.detect)
+        for _ in range(args.replicas):  # replicas of one consumer group share the partitions
+            infra.start_collector(args.max_batch, args.profile, detect=args.detect)
         total = fleet["n_frames"]
         timeline: list[tuple[float, int]] = []
         t_ready: float | None = None  # the collector printed "consuming ..." (imported, migrated, connected)
@@ -914,8 +931,8 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
                 t_ready = now
             if done >= total:
                 break
-            if infra.collector is not None and infra.collector.poll() is not None:
-                raise RuntimeError(f"the collector exited:\n{infra.collector_log_tail()}")
+            if infra.collector_exited():
+                raise RuntimeError(f"a collector exited:\n{infra.collector_log_tail()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timeout: {done}/{total} messages committed\n{infra.collector_log_tail()}")
         t_done = time.monotonic() - t_launch
@@ -981,7 +998,7 @@ async def _ingest(args: argparse.Namespace) -> dict[str, Any]:
                            "base_gpus_per_fleet": BASE_GPUS, "partitions": args.partitions,
                            "collector_max_batch": args.max_batch, "producer_compression": "zstd",
                            "synchronous_commit": args.synchronous_commit, "broker": "tansu, memory:// storage",
-                           "anomaly_detection": args.detect,
+                           "anomaly_detection": args.detect, "collector_replicas": args.replicas,
                            "collector": "python -m gpuwatch collector (subprocess)"
                                         + (" under cProfile" if args.profile else "")},
             "postgresql": {"settings_requested": {**PG_SETTINGS, "synchronous_commit": args.synchronous_commit},
@@ -1537,6 +1554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="node: each node's GPUs in node frames of --window records per GPU, as the agent sends "
                         "them by default (implies --as-agent); gpu: a frame per GPU")
     i.add_argument("--timeout", type=float, default=330)
+    i.add_argument("--replicas", type=int, default=1,
+                   help="collector processes in one consumer group (partitions split among them)")
     i.add_argument("--profile", help="run the collector under cProfile, stats to this path")
 
     f = sub.add_parser("freshness", parents=[common])
