@@ -28,21 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.gpu.torch_load import PRELUDE  # noqa: E402
 from tests.support.spool_frames import check  # noqa: E402
 
-LOAD = """
-import time, torch
-x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-def run(seconds, duty):
-    end = time.time() + seconds
-    while time.time() < end:
-        t = time.time()
-        while time.time() - t < duty:
-            y = x @ x
-        torch.cuda.synchronize()
-        time.sleep(1.0 - duty)
-time.sleep(15); run(30, 0.95); run(20, 0.3); time.sleep(15)
-"""
+LOAD = PRELUDE + "time.sleep(15); run(30, 0.95); run(20, 0.3); time.sleep(15)\n"
 
 
 def main() -> int:

@@ -34,20 +34,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu.torch_load import PRELUDE  # noqa: E402
+
 API_PORT, METRICS_PORT = 18080, 19400
 TRAIN_S, STALL_S, IDLE_S = 120, 110, 15
 
-LOAD = f"""
-import time, torch
-x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-def run(seconds, duty):
-    end = time.time() + seconds
-    while time.time() < end:
-        t = time.time()
-        while time.time() - t < duty:
-            y = x @ x
-        torch.cuda.synchronize()
-        time.sleep(1.0 - duty)
+LOAD = PRELUDE + f"""
 print("train", time.time(), flush=True); run({TRAIN_S}, 0.97)
 print("stall", time.time(), flush=True); run({STALL_S}, 0.25)
 print("idle", time.time(), flush=True); time.sleep({IDLE_S})
