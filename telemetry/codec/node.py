@@ -72,7 +72,15 @@ from telemetry.codec.header import (
 )
 from telemetry.codec.planes import codec, pack_bits, read_bits
 from telemetry.codec.processes import ProcessState, decode_processes, encode_processes
-from telemetry.codec.slots import LOST, Segments, SlotState, encode_slot_column, read_slot_column, repeated_values
+from telemetry.codec.slots import (
+    LOST,
+    Layout,
+    Segments,
+    SlotState,
+    encode_slot_column,
+    read_slot_column,
+    repeated_values,
+)
 from telemetry.codec.wire import Reader, uvarint
 from telemetry.records import GpuRecord, ProcessRecord
 
@@ -362,12 +370,13 @@ class NodeFrameDecoder:
                 n += c
         if n == 0:
             raise r.fail("node frame holds no records", at)
+        layout = Layout(segs, nslots)
         new_attrs = list(old_attrs)
         attr_cols: list[list[Sequence[object]]] = []
         for slot, start, end in segs:
             fields, new_attrs[slot] = decode_attrs(r, end - start, old_attrs[slot])
             attr_cols.append(fields)
-        ts_bits, new_ts = read_slot_column(r, n, segs, nslots, old_ts, prev is None, False)
+        ts_bits, new_ts = read_slot_column(r, n, layout, nslots, old_ts, prev is None, False)
         if ts_bits is None or any(b is MISSING for b in ts_bits) or not all(type(b) is int for b in ts_bits):
             raise r.fail("timestamps are not a complete column of integers")
         try:
@@ -382,7 +391,7 @@ class NodeFrameDecoder:
         for c, key in enumerate(keys):
             got: list[object] | None
             if sent[c] == "1":
-                got, new_cols[c] = read_slot_column(r, n, segs, nslots, old_cols[c], prev is None, key is None)
+                got, new_cols[c] = read_slot_column(r, n, layout, nslots, old_cols[c], prev is None, key is None)
                 if got is None or key is None:
                     continue
                 if MISSING in got:
@@ -391,7 +400,7 @@ class NodeFrameDecoder:
                 continue
             else:
                 try:
-                    got, new_cols[c] = repeated_values(old_cols[c], segs, n)
+                    got, new_cols[c] = repeated_values(old_cols[c], layout)
                 except ValueError as exc:
                     raise r.fail(f"column {key} {exc}") from None
                 if got is None:

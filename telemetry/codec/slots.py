@@ -31,6 +31,7 @@ import struct
 from collections.abc import Sequence
 from itertools import accumulate, compress, repeat
 from math import gcd
+from operator import add
 from typing import Final
 
 from telemetry.codec.columns import (
@@ -72,16 +73,44 @@ class SlotState:
     for a slot that has had no value of this column since the keyframe.
     """
 
-    __slots__ = ("ds", "ks", "param", "tag")
+    __slots__ = ("_values", "ds", "ks", "param", "tag")
 
     def __init__(self, tag: int, param: int | bytes | None, ks: tuple[int | None, ...], ds: tuple[int, ...]) -> None:
         self.tag = tag
         self.param = param
         self.ks = ks
         self.ds = ds
+        self._values: tuple[object, ...] | None = None
 
     def value(self, k: int) -> object:
         return _unscale(self.tag, self.param, k)
+
+    def values(self) -> tuple[object, ...]:
+        """Each slot's last value (None for a slot without one). Made once: a column that is not
+        sent repeats these in every frame until it changes, and most columns at 1 Hz are not sent."""
+        if self._values is None:
+            tag, param = self.tag, self.param
+            self._values = tuple(k if k is None or tag == INT else _unscale(tag, param, k) for k in self.ks)
+        return self._values
+
+
+class Layout:
+    """A frame's records by slot, worked out once per frame.
+
+    Every column of a frame has the same segments, so what a column without a presence bitmap
+    needs per slot (each slot's count, each record's slot) is made here once instead of by a
+    loop over the slots in each of the frame's columns.
+    """
+
+    __slots__ = ("counts", "rows", "segs", "single", "slots")
+
+    def __init__(self, segs: Segments, nslots: int) -> None:
+        self.segs = segs
+        self.counts = [(slot, end - start) for slot, start, end in segs]
+        self.rows = [slot for slot, start, end in segs for _ in range(end - start)]  # each record's slot
+        self.slots = [slot for slot, _, _ in segs]
+        # one record of every slot (segments are in slot order): a record's base is its slot's last
+        self.single = len(segs) == nslots == len(self.rows)
 
 
 # A column whose last block this decoder skipped (an encoding it does not know): its BASED
@@ -222,37 +251,40 @@ def _raw_block(pv: list[object], present: list[bool], partial: bool) -> bytes:
     return _BYTE[RAW] + uvarint(len(payload)) + payload
 
 
-def repeated_values(state: SlotState | None, segs: Segments, n: int) -> tuple[list[object] | None, SlotState | None]:
+def repeated_values(state: SlotState | None, layout: Layout) -> tuple[list[object] | None, SlotState | None]:
     """The values of a column not sent (each slot repeats its last), or None when it was lost; raises
     ValueError when the state cannot give them (the frame is then corrupt)."""
     if state is LOST:
         return None, state
     if state is None:
         raise ValueError("repeats a column that has no value yet")
-    out: list[object] = []
-    ds = list(state.ds)
-    ks = state.ks
-    tag, param = state.tag, state.param
-    for slot, start, end in segs:
-        k = ks[slot]
-        if k is None:
-            raise ValueError(f"repeats GPU slot {slot}'s value of a column it never sent")
-        out.extend(repeat(k if tag == INT else _unscale(tag, param, k), end - start))
-        ds[slot] = 0
-    assert len(out) == n
-    return out, SlotState(state.tag, state.param, state.ks, tuple(ds))
+    values = state.values()
+    out = list(map(values.__getitem__, layout.rows))
+    if None in out:
+        slot = next(s for s in layout.slots if values[s] is None)
+        raise ValueError(f"repeats GPU slot {slot}'s value of a column it never sent")
+    ds = state.ds
+    if not any(map(ds.__getitem__, layout.slots)):
+        return out, state  # each slot's last delta is already 0: the state is unchanged
+    zeroed = list(ds)
+    for slot in layout.slots:
+        zeroed[slot] = 0
+    after = SlotState(state.tag, state.param, state.ks, tuple(zeroed))
+    after._values = values
+    return out, after
 
 
 def read_slot_column(
-    r: Reader, n: int, segs: Segments, nslots: int, state: SlotState | None, keyframe: bool, skip: bool,
+    r: Reader, n: int, layout: Layout, nslots: int, state: SlotState | None, keyframe: bool, skip: bool,
 ) -> tuple[list[object] | None, SlotState | None]:
     """One block: (values with MISSING where absent, or None when skipped; the column's state after it)."""
     at = r.pos
     data = r.data
+    segs = layout.segs
     if not skip and at + 2 < r.end and state is not None and state is not LOST and data[at] == state.tag \
             and data[at] in (INT, DECIMAL) and data[at + 1] < 0x80 and at + 2 + data[at + 1] <= r.end:
         # the usual block at 1 Hz: every GPU's value a delta from its last, read at once
-        fast = _fast_based(data, at + 2, at + 2 + data[at + 1], n, segs, state)
+        fast = _fast_based(data, at + 2, at + 2 + data[at + 1], n, layout, state)
         if fast is not None:
             r.pos = at + 2 + data[at + 1]
             return fast
@@ -424,7 +456,7 @@ def _expand(counts: list[tuple[int, int]], residuals: Sequence[int], ks_after: l
     return ks
 
 
-def _fast_based(data: bytes, pos: int, end: int, n: int, segs: Segments,
+def _fast_based(data: bytes, pos: int, end: int, n: int, layout: Layout,
                 state: SlotState) -> tuple[list[object], SlotState] | None:
     """A BASED INT or DECIMAL block whose every value has its slot's base, decoded in one pass; None for
     anything else or anything unusual (the block is then read step by step, with the exact error
@@ -445,14 +477,17 @@ def _fast_based(data: bytes, pos: int, end: int, n: int, segs: Segments,
         if bits is None or not bits[1]:
             return None
         present, m, pos = bits
-    ks_after: list[int | None] = list(state.ks)
-    counts: list[tuple[int, int]] = []
-    for slot, start, stop in segs:
-        c = present[start:stop].count(1) if present else stop - start
-        if c:
-            if ks_after[slot] is None:
-                return None  # a first value: the general way
-            counts.append((slot, c))
+    bases = state.ks
+    if present:
+        counts: list[tuple[int, int]] = []
+        for slot, start, stop in layout.segs:
+            c = present[start:stop].count(1)
+            if c:
+                if bases[slot] is None:
+                    return None  # a first value: the general way
+                counts.append((slot, c))
+    elif None in map(bases.__getitem__, layout.slots):
+        return None
     factor = 1
     if flags & F_GCD:
         factor, pos = varint_at(data, pos, end)
@@ -469,22 +504,31 @@ def _fast_based(data: bytes, pos: int, end: int, n: int, segs: Segments,
         return None
     width = data[pos]
     pos += 1
+    dod = bool(flags & F_DOD)
+    if width and (width > 8 or pos + width * k != end):
+        return None
+    if not width and (where or pos != end):
+        return None
+    if not present:
+        counts = layout.counts
+    ks_after: list[int | None] = list(bases)
     ds_after = list(state.ds)
     ks: list[int]
-    dod = bool(flags & F_DOD)
     if width == 0:
-        if where or pos != end:
-            return None
         ks = _expand(counts, (), ks_after, ds_after, [], dod, True)
     else:
-        if width > 8 or pos + width * k != end:
-            return None
         stored = planes_at(data, pos, k, width)
         if factor > 1:
             stored = [x * factor for x in stored]
         residuals: Sequence[int] = spread(where, stored, 0) if where else stored  # type: ignore[assignment]
-        ks = _expand(counts, residuals, ks_after, ds_after, [], True, False) if dod else \
-            _based_deltas(counts, residuals, ks_after, ds_after)
+        if dod:
+            ks = _expand(counts, residuals, ks_after, ds_after, [], True, False)
+        elif layout.single and not present:
+            # one record of each GPU (1 Hz): its base plus its delta, and that delta is its last
+            ks = list(map(add, bases, residuals))
+            ks_after, ds_after = ks, residuals  # type: ignore[assignment]
+        else:
+            ks = _based_deltas(counts, residuals, ks_after, ds_after)
     after = SlotState(tag, state.param, tuple(ks_after), tuple(ds_after))
     out: list[object]
     if tag == DECIMAL:
