@@ -52,7 +52,7 @@ SCALE = float(os.environ.get("GPUWATCH_WORKLOAD_SCALE", "1"))  # < 1: a quick dr
 EXPECT = {"stall": "throughput_drop", "contention": "throughput_drop", "leak": "memory_leak",
           "launch": "launch_bound", "drift": "throughput_drop", "hiccup": "throughput_drop",
           "onethread": "throughput_drop", "hang": "throughput_drop", "jitter": "throughput_drop",
-          "h2d": "throughput_drop"}
+          "h2d": "throughput_drop", "launchcopy": "launch_bound"}
 # Variant "a" is the first recording (the detectors were then tuned on it). Variant "b" is the
 # held-out one, written before any detector saw it: other lengths and order, a GPU-heavier
 # step, a milder stall (two steps' wait, not three), fewer CPU burners, a slower leak, a
@@ -371,6 +371,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
            "tools": (("launch", 72.0),),
            "gpu_s": 0.085, "cpu_s": 0.055, "stall_steps": 2.0, "burners": 0, "leak_every_s": 2.0,
            "leak_gib": 0.4, "launch_batch": 2200, "jitter_steps": 1.8, "hang_kernel_s": 0.04},
+    # "ad": the twenty-ninth run, written in the twenty-fifth session (2026-12-06) for the hard negatives an
+    # independently written fleet showed (docs/benchmarks.md, round 21), recorded after the detectors were
+    # changed for them: a process that loads and compiles for 140 s (the GPU idle between short bursts)
+    # and whose first steps then allocate 0.5 GiB a second for 28 s as the work begins (normal, no leak),
+    # an evaluation, and a leak of 0.4 GiB every 2 s under running work; then a new process doing
+    # launch-bound work that copies 8 MiB of pageable input per 1,500 tiny kernels (a few hundred MB/s
+    # over PCIe: still launch-bound, not copy-bound)
+    "ad": {"train": (("loading", 140.0), ("firststeps", 28.0), ("train", 40.0), ("eval", 15.0), ("train", 22.0),
+                     ("leak", 40.0)),
+           "tools": (("launchcopy", 72.0),),
+           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.0, "burners": 0, "leak_every_s": 2.0,
+           "leak_gib": 0.4, "first_every_s": 1.0, "first_gib": 0.5, "launch_batch": 1500, "launch_copy_mib": 8},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -482,6 +494,18 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 for _ in range(5):
                     torch.cuda._sleep(int(V["hang_kernel_s"] * 1.98e9))
                 torch.cuda.synchronize()
+            elif phase == "loading":  # loading and compiling: CPU work, the GPU idle but for a short burst
+                # every 10 s (autotuning a kernel)
+                if int(time.time() - began) % 10 == 0:
+                    gpu_work(prepare(), matmuls)
+                else:
+                    prepare()
+                    time.sleep(0.1)
+            elif phase == "firststeps":  # the work begins, and its first steps allocate as they go
+                if time.time() >= grow_at:
+                    kept.append(torch.ones(int(V["first_gib"] * GIB), dtype=torch.uint8, device=dev))
+                    grow_at += V["first_every_s"]
+                gpu_work(prepare(), matmuls)
             elif phase == "launch":  # launch-bound in the training process: one tiny kernel after another
                 for _ in range(V["launch_batch"]):
                     tiny.add_(1.0)
@@ -506,6 +530,7 @@ def _tools(marks: Path) -> None:
     q = torch.randn(2048, 4096, device=dev, dtype=torch.bfloat16)
     pinned = torch.empty(2 * GIB, dtype=torch.uint8).pin_memory()
     landing = torch.empty(2 * GIB, dtype=torch.uint8, device=dev)
+    staged = torch.empty(int(V.get("launch_copy_mib", 0)) * 2**20, dtype=torch.uint8)  # pageable (not pinned)
     for phase, seconds in TOOLS:
         mark(marks, phase)
         begin = time.time()
@@ -528,7 +553,9 @@ def _tools(marks: Path) -> None:
             elif phase == "membound":
                 big.mul_(1.0001)
                 torch.cuda.synchronize()
-            else:  # launch-bound: one tiny kernel after another
+            else:  # launch-bound: one tiny kernel after another (launchcopy: and a pageable copy of its input)
+                if phase == "launchcopy":
+                    staged.to(dev)
                 for _ in range(V["launch_batch"]):
                     tiny.add_(1.0)
                 torch.cuda.synchronize()

@@ -58,7 +58,7 @@ from collections.abc import Sequence
 
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.launch import copying, hung
+from collector.detect.launch import copying, hung, util_at
 from collector.detect.level import (
     CUSUM_H,
     CUSUM_WINDOW,
@@ -71,6 +71,7 @@ from collector.detect.level import (
     ActivityLevel,
 )
 from collector.detect.state import GpuState
+from telemetry.clocks import POWER, THERMAL, ClockEventReason, names
 from telemetry.keys import SM_ACTIVE
 
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
@@ -78,7 +79,16 @@ BAND = 0.05  # a fall ends when activity is back this far above the ratio that s
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
 DEEP = 0.3  # a fall below this fraction of the level: the GPU mostly waits
 _CHANGE_WINDOW_S = 180.0
+BRAKE = int(ClockEventReason.HW_POWER_BRAKE)
+# a fall whose utilisation stays this many times its SM activity runs kernels on a fraction of the SMs:
+# launch-bound work (the launch-bound detector's finding, from DetectorConfig.launch_ratio up) or a phase
+# of smaller kernels (an evaluation, small batches: 80% against 0.18), not a job waiting for work. It was
+# launch_ratio, 4, until that went to 10 (2026-12-06); falls between the two stay excused as they were.
+SMALL_KERNELS = 4.0
+OCCUPIED = 0.85  # a fall's utilisation at this fraction of what it was before, or more: as occupied
+_OCCUPIED_BACK_S = 10.0  # "before": this long before the fall began
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
+_SHARED_BACK_S = 60.0  # a peer that fell with a replica is compared with its blocks of this long before
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
 _MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a burst of demand passes)
 # a step's start as its CUSUM run places it (the first sample below the anchor's band) may come this long
@@ -304,6 +314,20 @@ def _rose_with(p: GpuState, since: float, ts: float) -> float:
     return now - before - 3.0 * 0.45 * lv.jitter / 1.128
 
 
+def _fell_with(p: GpuState, since: float, ts: float, depth: float) -> bool:
+    """Whether a peer fell at about the moment ``since`` by at least half of ``depth`` (this replica's
+    fall, as a fraction of its level) and a quarter of where it was, beyond its noise: the mean of its
+    blocks in the minute before against the mean of those since (a minute: a slide over a minute is
+    confirmed as a step late, when the peer's last blocks before it were already sliding too)."""
+    lv = p.level
+    before = lv.mean_between(since - _SHARED_BACK_S, since - 5.0)
+    after = lv.mean_between(since + 5.0, ts)
+    if before <= 0 or after < 0:
+        return False
+    noise = max(0.01, lv.jitter / 1.128 / 2.0)
+    return before - after >= max(0.5 * depth * before, 0.25 * before, 3.0 * noise)
+
+
 def _moved_with(p: GpuState, since: float, ts: float, joins: bool) -> bool:
     """Whether a peer's activity changed at about the moment ``since``, beyond its noise: one
     that lost a share of the load with this one (falling), or, where ``joins`` says a join can
@@ -352,6 +376,13 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
             return f"{fell} of the service's {len(svc_peers)} other replicas stepped down too (traffic moved)"
     elif since > _MOVED_S + 10.0:
         return None
+    # the service's demand fell: most of its other replicas fell with it, read from their blocks around
+    # the step's start (a peer that slid down over a minute is in no fall of its own and has no step to
+    # show, while this one's CUSUM called its slide a step: an embedding service's batch ending)
+    shared = sum(1 for p in svc_peers if _fell_with(p, lv.ep_start, ts, lost / lv.ep_ref))
+    if 3 * shared >= 2 * len(svc_peers):  # two thirds of them: replicas that wander on their own rarely agree so
+        return (f"{shared} of the service's {len(svc_peers)} other replicas fell as much at the same time "
+                "(the service's demand fell)")
     if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
         # read from the peers' blocks around the step's start, so it holds for a step confirmed late (a
         # noisy replica's CUSUM took 75 s to confirm a step that a join on its node had made)
@@ -408,11 +439,30 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
         # utilisation 40% against SM activity 0.035), so this is no launch-bound phase, as the launch
         # detector says too
         return "input"
-    if st.util_slow >= cfg.launch_util and st.util_slow >= cfg.launch_ratio * st.sm_slow and not hung(st, cfg):
-        return "launch"  # kernels resident, SMs barely working: the launch-bound detector's case
+    if st.util_slow >= cfg.launch_util and st.util_slow >= SMALL_KERNELS * st.sm_slow and not hung(st, cfg):
+        return "launch"  # kernels resident, few SMs working: launch-bound, or another phase of work
     if copying(st):
         return "copy"  # a checkpoint or weights moving over PCIe
+    if lv.ep_mode == "step" and _occupied(st, cfg):
+        return "busy"
     return None
+
+
+def _occupied(st: GpuState, cfg: DetectorConfig) -> bool:
+    """A step of a workload whose activity varies, while the GPU stays as occupied as before the fall
+    (utilisation, the time a kernel is resident, at ``OCCUPIED`` of what it was or more) and only SM
+    activity fell: lighter kernels, another phase of the same work (an evaluation pass of a training
+    job whose steps wander, another mix of requests). Less demand leaves gaps between kernels, and so
+    does capacity lost while work waits (a starved host, a slow input): utilisation falls with those.
+    Found on an independently written fleet: training pods whose steps wander were judged by their
+    steps, and each evaluation was reported (SM activity 0.56 -> 0.24 while utilisation went 86% ->
+    76%; 0.78 -> 0.40 at 96%)."""
+    lv = st.level
+    before = util_at(st, lv.ep_start - lv.ep_lead - _OCCUPIED_BACK_S)
+    if before is None or st.util_slow < OCCUPIED * before or st.util_slow < 0.3 or hung(st, cfg):
+        return False
+    ref = lv.ep_ref or lv.level
+    return ref > 0 and st.sm_slow <= 0.7 * ref
 
 
 def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],
@@ -610,7 +660,7 @@ def straggler(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[
         return None  # the peers' readings are of another moment
     med = _median(now)
     if med < 0.3 or sm >= cfg.straggler_ratio * med or med - sm < 0.1:
-        return None
+        return _slow_clock(st, ts, cfg, pod_peers, sm, med)
     causes = [f"SM activity {sm:.2f} vs {med:.2f} median of the pod's other {len(pod_peers)} GPUs"]
     clocks = [p.clock for p in pod_peers if p.clock is not None]
     if st.clock is not None and clocks:
@@ -618,6 +668,33 @@ def straggler(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[
         causes.append(f"SM clock {st.clock:.0f} MHz vs {cmed:.0f} MHz on its peers")
     summary = f"{st.where()} lags the other GPUs of its job ({sm:.2f} vs {med:.2f} SM activity)"
     return Finding("straggler", "warning", SM_ACTIVE, summary, causes, cfg.straggler_hold_s)
+
+
+def _slow_clock(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState], sm: float,
+                med: float) -> Finding | None:
+    """A GPU of a working pod held at a clock well below its peers' with no thermal or power reason (a
+    clock lock or applications clocks left set, a degraded board). Every rank of a synchronous job
+    does the same work, so the slow one takes longer per step and the others wait for it at each
+    collective: its SM activity is then no lower than theirs, often higher (it computes while they
+    wait), which the SM test above cannot see. Found missing on an independently written fleet (six
+    of eleven stragglers, clocks at 1,110-1,410 MHz against 1,800-1,965). Thermal and power reasons
+    are the throttle detectors' findings."""
+    clock = st.clock
+    if clock is None or sm < 0.3 or med < 0.1 or st.reasons & (THERMAL | POWER | BRAKE):
+        return None
+    clocks = [p.clock for p in pod_peers if p.clock is not None and abs(ts - p.last_ts) <= _SAME_TIME_S]
+    if len(clocks) < 2:
+        return None
+    cmed = _median(clocks)
+    if clock > cfg.clock_drop_ratio * cmed:
+        return None
+    causes = [f"SM clock {clock:.0f} MHz vs {cmed:.0f} MHz median of the pod's other {len(clocks)} GPUs "
+              f"({clock / cmed * 100:.0f}%), clock event reasons {names(st.reasons)}: no thermal or power cause",
+              f"SM activity {sm:.2f} vs {med:.2f} on its peers: each step takes it longer, and the others wait "
+              "for it at every collective",
+              "check for a clock lock or applications clocks left set (nvidia-smi -q -d CLOCK), or a degraded board"]
+    summary = f"{st.where()} lags the other GPUs of its job: SM clock {clock:.0f} MHz vs {cmed:.0f} MHz"
+    return Finding("straggler", "warning", SM_ACTIVE, summary, causes, 2 * cfg.straggler_hold_s)
 
 
 def idle_allocated(st: GpuState, cfg: DetectorConfig) -> Finding | None:

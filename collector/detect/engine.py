@@ -285,7 +285,7 @@ class DetectionEngine:
             return
         st.pids, st.pids_since = pids, ts
         st.level = ActivityLevel(ts)  # a new workload: its own normal
-        st.fb.clear()
+        st.used_hist.clear()
         st.evidence.clear()
         st.leak = None
         st.watches.clear()
@@ -354,7 +354,7 @@ class DetectionEngine:
                 f = errors.pcie_replay(st, value, ts, cfg)
                 if f is not None:
                     found.append(f)
-        fb = st.fb
+        fb = st.used_hist
         if not fb or ts - fb[-1][0] >= memory.EVERY:  # the leak detector refits every few seconds only
             used = m.get(FB_USED)
             total = (used or 0.0) + m.get(FB_FREE, 0.0) + m.get(FB_RESERVED, 0.0)

@@ -19,10 +19,13 @@ from operator import itemgetter
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import GpuState
 from telemetry.keys import ECC_DBE_VOL_TOTAL, ECC_SBE_VOL_TOTAL, PCIE_REPLAY_COUNTER, XID_ERRORS
+from telemetry.limits import MAX_PCIE_REPLAYS_PER_MIN
 from telemetry.xid import describe
 
 SBE_EVERY = 5.0  # seconds between kept single-bit totals
 REPLAY_EVERY = 1.0  # ... and PCIe replay counts
+REPLAY_WINDOW_S = 60.0  # replays counted against NVIDIA's per-minute limit over this window ...
+REPLAY_RISES = 3  # ... which they must reach in this many separate rises of the counter
 BURST_SPANS = (30.0, 60.0, 120.0, 300.0)  # the windows a burst of single-bit errors is counted in
 _TS = itemgetter(0)
 
@@ -155,6 +158,31 @@ def ecc_sbe(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -
     return st.sbe_finding
 
 
+def _replays_per_minute(st: GpuState, value: float, ts: float) -> Finding | None:
+    """A storm slower than ``replay_rate``: more replays in the last minute than NVIDIA's health limit
+    (``MAX_PCIE_REPLAYS_PER_MIN``), in at least ``REPLAY_RISES`` separate rises, so one burst of a few
+    (a single link retraining) is not a storm and a marginal link's replay every few minutes is not
+    either. Found on an independently written fleet: storms of 77-393 replays a minute, under the
+    5-a-second rate, were missed (6 of 11)."""
+    hist = st.replay_hist
+    i = bisect.bisect_left(hist, ts - REPLAY_WINDOW_S, key=_TS)
+    if i == 0 and ts - hist[0][0] < 0.8 * REPLAY_WINDOW_S:
+        return None  # not a minute of history yet
+    start = hist[i - 1] if i else hist[0]
+    n = value - start[1]
+    if n <= MAX_PCIE_REPLAYS_PER_MIN:
+        return None
+    rises = sum(1 for a, b in itertools.pairwise(itertools.islice(hist, max(i - 1, 0), None)) if b[1] > a[1])
+    if rises < REPLAY_RISES:
+        return None
+    span = ts - start[0]
+    causes = [f"{n:.0f} PCIe replays in the last {span:.0f} s, in {rises} separate rises (counter {value:.0f}): "
+              f"NVIDIA's health limit is {MAX_PCIE_REPLAYS_PER_MIN} a minute",
+              "link errors: check the riser, the slot and the link width/speed"]
+    return Finding("pcie_replay_storm", "warning", PCIE_REPLAY_COUNTER,
+                   f"{st.where()} is in a PCIe replay storm ({n:.0f} replays a minute)", causes, 0.0)
+
+
 def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfig) -> Finding | None:
     if value is None:
         return None
@@ -168,7 +196,7 @@ def pcie_replay(st: GpuState, value: float | None, ts: float, cfg: DetectorConfi
         return None
     rate = (value - old[1]) / (ts - old[0])
     if rate < cfg.replay_rate:
-        return None
+        return _replays_per_minute(st, value, ts)
     causes = [f"PCIe replays {rate:.0f}/s over {ts - old[0]:.0f} s (counter {value:.0f})",
               "link errors: check the riser, the slot and the link width/speed"]
     return Finding("pcie_replay_storm", "warning", PCIE_REPLAY_COUNTER, f"{st.where()} is in a PCIe replay storm",

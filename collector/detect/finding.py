@@ -63,7 +63,10 @@ class DetectorConfig:
     straggler_ratio: float = 0.75
     straggler_hold_s: float = 15.0
     launch_util: float = 0.1  # launch-bound: GPU utilisation (ratio) at least this (trace e's loop read 18-28%) ...
-    launch_ratio: float = 4.0  # ... and at least this many times SM activity ...
+    # ... and at least this many times SM activity: the average resident kernel keeps under a tenth of the
+    # SMs busy. Real launch loops read 750-1,000 times; an evaluation or small-batch phase at 4-9 times (80%
+    # against 0.18) runs real work on a fifth of the SMs, which is no launch bottleneck (4.0 until 2026-12-06)
+    launch_ratio: float = 10.0
     launch_hold_s: float = 60.0  # ... for this long
     throttle_hold_s: float = 5.0
     clock_drop_ratio: float = 0.85

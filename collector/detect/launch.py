@@ -36,7 +36,20 @@ DRAM_BUSY = 0.3  # DRAM activity above this: memory-bound, not launch-bound
 # On the H200 a launch-bound loop's doorbells read 180-250 MiB/s, a checkpoint to host memory 1.1-1.6
 # GiB/s, host-to-device copies 59 GiB/s (benchmarks/data/h200-labelled.jsonl).
 COPYING = 512 * 2**20
+# what a launch-bound finding's own copies may read: a loop of tiny steps moves its small inputs and
+# outputs each step (hundreds of MiB/s besides the doorbells); a copy-bound phase moves bulk data at
+# GiB/s (the held-out ETL copies at 12 GB/s; pageable staging at 15 GiB/s, real trace u)
+BULK = 2 * 2**30
+HIST_EVERY = 5.0  # seconds between kept utilisation means
 PINNED = 0.95  # GPU utilisation (ratio, slow mean) at or above this: a kernel always resident, no launch gaps
+# a pinned GPU whose SM activity (its slow mean) is below a tenth of its utilisation: stuck, one kernel
+# spinning on a few SMs (the real hangs read 22-132 times). At 4 times (launch_ratio's value until
+# 2026-12-06) the ranks of a pod waiting at a barrier while one writes a checkpoint (NCCL spinning on a
+# few dozen SMs, utilisation 100%, SM activity 0.14-0.17) read as hung, and were judged as a lost
+# throughput at once; they are a pause of the job (docs/benchmarks.md, round 21). What it costs: the
+# slow mean takes seconds longer to fall to a tenth (the real trace r's hang, sampled every 5 s, is
+# found 10 s later); read from the newest sample instead, 44 more false drops on an independent fleet
+HANG_RATIO = 10.0
 # share of the PCIe bytes that DRAM activity must account for before the traffic is a copy: a copy
 # lands in device memory (H200 copies and checkpoints: 0.88-0.94 of their bytes at the H200's peak);
 # six kernels spinning in a hang read 2.4 GiB/s over PCIe with DRAM activity 4e-6, a hundredth
@@ -49,7 +62,7 @@ def hung(st: GpuState, cfg: DetectorConfig) -> bool:
     Utilisation now or its slow mean: the mean takes 15 s to climb to a hang's 100%, and a fall is
     not excused as launch-bound meanwhile."""
     util = max(st.util_slow, (st.util or 0.0) / 100.0)
-    if util < PINNED or util < cfg.launch_ratio * st.sm_slow:
+    if util < PINNED or util < HANG_RATIO * st.sm_slow:
         return False
     return (st.dram is None or st.dram < DRAM_BUSY) and not copying(st)  # not memory- or copy-bound: stuck
 
@@ -72,6 +85,19 @@ def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:
         st.util_slow += a * (util - st.util_slow)
         st.sm_slow += a * (sm - st.sm_slow)
     st.launch_ts = ts
+    hist = st.util_hist
+    if not hist or ts - hist[-1][0] >= HIST_EVERY:
+        hist.append((ts, st.util_slow))
+
+
+def util_at(st: GpuState, ts: float) -> float | None:
+    """The slow mean of utilisation at about ``ts`` (the last kept at or before it), if kept."""
+    found = None
+    for t, u in st.util_hist:
+        if t > ts:
+            break
+        found = u
+    return found
 
 
 def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None) -> Finding | None:
@@ -81,7 +107,7 @@ def launch_bound(st: GpuState, cfg: DetectorConfig, dram: float | None) -> Findi
     sm = min(st.sm_slow, st.sm) if st.sm is not None else st.sm_slow
     if not st.pids or st.util_slow < cfg.launch_util or sm * cfg.launch_ratio > st.util_slow or st.util_slow >= PINNED:
         return None
-    if (dram is not None and dram >= DRAM_BUSY) or st.pcie >= COPYING:
+    if (dram is not None and dram >= DRAM_BUSY) or st.pcie >= BULK:
         return None
     ratio = st.util_slow / max(sm, 1e-4)
     causes = [f"GPU utilisation {st.util_slow * 100:.0f}% (a kernel resident) while SM activity is "

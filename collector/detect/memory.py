@@ -8,11 +8,23 @@ every quarter of the window, and enough of it, and projects when the GPU runs ou
 Samples before the current process set started, and from its first ``STARTUP_S`` seconds
 (loading a model's weights grows memory steadily for a minute or more), are never used,
 so job starts do not count.
+
+Why the GPU's work is asked too (``_allocating``): a job allocates for work it starts, long
+after its process started (a training job's first steps allocate activations and optimizer
+state once loading and compiling are done, minutes in; a notebook loads a model when its user
+runs a cell). That grows as fast and as straight as a leak for half a minute. A leak grows
+under work that was already running. So the half-minute and one-minute windows do not judge
+growth that began within ``COINCIDE_S`` of the work itself (the GPU idle, SM activity below
+``WORKING``, until then), nor growth with no work under it (median SM activity below ``WORKING``:
+a load into an idle process). Work that only ran slower before (a job whose stall ended as its
+leak began: the real H200 trace the issue was filed on) was already running. The five-minute
+window judges growth whatever the work does: growth that goes on for minutes is no first step.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import deque
 
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.state import GpuState
@@ -30,16 +42,19 @@ STARTUP_S = 120.0  # a process's first minutes: loading weights and allocating c
 # server) at 512 MiB per 30 s or more, that would fill the GPU within two hours if it went on, is
 # reported once it has gone on for 30 s; a ramp that stops sooner (the test of a short ramp) is not
 URGENT_S = 30.0
+CYCLE_S = 600.0  # memory freed and grown back within this long is a cycle of the job's, not a leak
+COINCIDE_S = 5.0  # growth that began within this of the work under it is allocation for that work
+WORKING = 0.05  # median SM activity below this: no work under the growth (a load, an idle notebook)
 URGENT_TTO_S = 7200.0
 CRITICAL_TTO_S = 1800.0  # out of memory sooner than this: a critical finding, not a warning
 
 
-def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+def _fit(points: list[tuple[float, float, float]]) -> tuple[float, float]:
     """Least-squares slope (MiB/s) and R² of used memory over time."""
     n = len(points)
     t0 = points[0][0]
     sx = sy = sxx = sxy = syy = 0.0
-    for t, y in points:
+    for t, y, _ in points:
         x = t - t0
         sx += x
         sy += y
@@ -54,12 +69,12 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return cov / vx, cov * cov / (vx * vy)
 
 
-def _window(st: GpuState, ts: float, span: float) -> list[tuple[float, float]]:
+def _window(st: GpuState, ts: float, span: float) -> list[tuple[float, float, float]]:
     """The kept samples since ``span`` ago (and since the start-up), oldest first: read from the
     newest end, since the history is in time order and a short window is a few of its 240."""
     start = max(ts - span, st.pids_since + STARTUP_S)
     points = []
-    for p in reversed(st.fb):
+    for p in reversed(st.used_hist):
         if p[0] < start:
             break
         points.append(p)
@@ -71,8 +86,8 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
     """Called every ``EVERY`` seconds per GPU (the engine repeats the verdict in between)."""
     if used is None or not st.pids or total <= 0:
         return None
-    fb = st.fb
-    fb.append((ts, used))
+    fb = st.used_hist
+    fb.append((ts, used, -1.0 if st.sm is None else st.sm))
     if used - fb[0][1] < cfg.leak_min_mib:
         return None  # not even the whole history grew enough: the common case, and cheap
     # the history keeps a point every EVERY s, or every sample when the agent samples less often; the
@@ -93,6 +108,10 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
         growth = points[-1][1] - points[0][1]
         if slope <= 0 or r2 < (0.95 if urgent else 0.9) or growth < cfg.leak_min_mib:
             continue
+        if span < 5 * cfg.leak_window_s and _allocating(st):
+            continue
+        if used < _peak_before(fb, points[0][0]) + cfg.leak_min_mib:
+            continue  # back up to where this process has been before: a saw-tooth, not a leak
         q = len(points) // 4
         if len(points) >= 5:
             steps = [points[(i + 1) * q if i < 3 else -1][1] - points[i * q][1] for i in range(4)]
@@ -110,3 +129,33 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
         summary = f"{st.where()}: memory is leaking, out of memory in about {tto / 60:.0f} min"
         return Finding("memory_leak", "critical" if tto < CRITICAL_TTO_S else "warning", FB_USED, summary, causes, 0.0)
     return None
+
+
+def _peak_before(hist: deque[tuple[float, float, float]], start: float) -> float:
+    """The most memory the process used in the ``CYCLE_S`` before ``start`` (the history is its own:
+    cleared when the processes change). A job that frees memory every few minutes (a cache emptied at
+    each evaluation, the allocator's pool released) grows back up to where it was each time; a leak
+    raises that mark. Only the last minutes: a process that once held more (an earlier leak, since
+    freed) can leak again below that mark."""
+    return max((used for t, used, _ in hist if start - CYCLE_S <= t < start), default=0.0)
+
+
+def _allocating(st: GpuState) -> bool:
+    """Whether the growth is allocation for work that began with it, or has no work under it (module
+    docstring). Called only for growth that passed a fit, so the scans are rare."""
+    hist = st.used_hist
+    onset, gap = hist[0][0], 0.0  # the growth began after the last kept point that did not grow ...
+    for i in range(len(hist) - 1, 0, -1):
+        if hist[i][1] <= hist[i - 1][1]:
+            onset = hist[i][0]
+            gap = hist[i + 1][0] - onset if i + 1 < len(hist) else 0.0  # ... and before the next (EVERY s or more)
+            break
+    samples = st.level.samples
+    during = sorted(sm for t, sm in samples if t > onset)
+    if not during:
+        return False
+    work = during[len(during) // 2]
+    if work < WORKING:
+        return True
+    began = next((t for t, sm in reversed(samples) if t <= onset and sm < WORKING), None)
+    return began is not None and began >= onset - COINCIDE_S - max(0.0, gap - EVERY)

@@ -57,8 +57,10 @@ class GpuState:
     util_slow: float = -1.0
     sm_slow: float = 0.0
     launch_ts: float = 0.0
-    # memory: (ts, used MiB) every few seconds, and the total
-    fb: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))
+    # (ts, util_slow) every few seconds: how occupied the GPU was before a fall began
+    util_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
+    # memory: (ts, used MiB, SM activity or -1 where not read) every few seconds, and the total
+    used_hist: deque[tuple[float, float, float]] = field(default_factory=lambda: deque(maxlen=240))
     fb_total: float = 0.0
     # counters: (ts, value) history, thinned
     replay_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))

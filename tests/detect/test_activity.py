@@ -524,6 +524,24 @@ def test_idle_memory_bound_and_copy_bound_phases_are_not_launch_bound() -> None:
     assert run(trace(600, 3, make)) == []
 
 
+def test_small_kernels_on_a_fifth_of_the_sms_are_not_launch_bound_but_a_loop_with_its_own_copies_is() -> None:
+    """Found on an independently written fleet: evaluation phases at 80% utilisation against SM
+    activity 0.18 (4.4 times: real work on a fifth of the SMs) were 60 false launch-bound findings in
+    three traces; real launch loops read 750-1,000 times. And a tiny-batch loop that copies its
+    inputs each step (600 MB/s over PCIe, DRAM barely touched) was taken for a copy-bound phase and
+    missed; a copy-bound phase moves GiB/s."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if t < 200:
+            return record(t, g, sm=0.9, pod="", DEV_GPU_UTIL=100, PROF_DRAM_ACTIVE=0.3)
+        if g == 0:
+            return record(t, g, sm=0.18, pod="", DEV_GPU_UTIL=80, PROF_DRAM_ACTIVE=0.1)
+        return record(t, g, sm=0.005, pod="", DEV_GPU_UTIL=77, PROF_DRAM_ACTIVE=0.0001,
+                      PROF_PCIE_RX_BYTES=5.5e8, PROF_PCIE_TX_BYTES=6e7)
+    found = run(trace(500, 2, make))
+    assert [a.kind for a in found if a.gpu == "GPU-n0-0" and a.kind == "launch_bound"] == []
+    assert [(a.kind, a.gpu) for a in found if a.kind == "launch_bound"] == [("launch_bound", "GPU-n0-1")]
+
+
 def _copies(rx: float, tx: float, seconds: int, sm: float = 0.25, at: int = 600) -> list[Anomaly]:
     """A lone training job at 0.9 for ``at`` seconds, then ``seconds`` at ``sm`` with PCIe traffic
     of ``rx`` bytes/s host to device and ``tx`` device to host (landing in device memory: DRAM

@@ -66,6 +66,42 @@ def test_straggler_in_a_multi_gpu_pod() -> None:
     assert "lags the other GPUs of its job" in found[0].summary
 
 
+def test_a_rank_held_at_a_low_clock_is_a_straggler_though_its_sm_activity_is_not_lower() -> None:
+    """One GPU of a synchronous pod held at 1,110 MHz against its peers' 1,980 with no thermal or power
+    reason (applications clocks left set, 0x2): each step takes it longer and the others wait for it,
+    so its SM activity reads higher than theirs, and the SM test alone missed it (six of eleven
+    stragglers of an independently written fleet). A GPU whose clock a power cap holds down is the
+    power detector's (GPU 3), and clocks that differ by a few percent are no straggler (GPU 1)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        slow = t >= 300
+        if g == 2:
+            return record(t, g, sm=0.65 if slow else 0.62, clock=1110 if slow else 1980, reasons=0x2 if slow else 0,
+                          pid=100 + g)
+        if g == 3:
+            return record(t, g, sm=0.55 if slow else 0.62, clock=1400 if slow else 1980, reasons=0x4, pid=100 + g)
+        return record(t, g, sm=0.55 if slow else 0.62, clock=1920 if g == 1 else 1980, reasons=0, pid=100 + g)
+    found = [a for a in run(trace(400, 5, make)) if a.kind == "straggler"]
+    assert kinds(found) == [("straggler", "GPU-n0-2")]
+    assert 300 < found[0].start - T0 <= 300 + 40
+    assert "SM clock 1110 MHz vs 1950 MHz" in found[0].summary and "APPLICATIONS" in found[0].causes[0].upper()
+
+
+def test_replays_above_nvidias_limit_a_minute_are_a_storm_and_a_trickle_or_one_burst_is_not() -> None:
+    """NVIDIA's health limit is 8 PCIe replays a minute (DCGM): 60 a minute (GPU 0) was missed under
+    the 5-a-second rate. A replay every few minutes (GPU 1) and one burst of 12 at once (GPU 2, a link
+    retraining) are no storm."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0:
+            return record(t, g, replay=float(max(0, int(t) - 300)))  # one a second from 300 s
+        if g == 1:
+            return record(t, g, replay=float(int(t) // 200))
+        return record(t, g, replay=12.0 if t >= 300 else 0.0)
+    found = run(trace(600, 3, make))
+    assert kinds(found) == [("pcie_replay_storm", "GPU-n0-0")]
+    assert 300 < found[0].start - T0 <= 300 + 15
+    assert "NVIDIA's health limit is 8 a minute" in found[0].causes[0]
+
+
 def test_whole_pod_evaluation_pause_is_quiet() -> None:
     def make(t: float, g: int):  # type: ignore[no-untyped-def]
         return record(t, g, sm=0.3 if 600 <= t < 720 else 0.91, pid=100 + g)
@@ -87,6 +123,34 @@ def test_throughput_drop_of_one_replica_while_the_service_holds() -> None:
     assert a.service == "llm-serve" and a.pod == "serve-3"
     assert any("still running" in c for c in a.causes)
     assert any("peer replicas" in c for c in a.causes)
+
+
+def test_a_replica_that_steps_down_with_the_gpu_as_occupied_or_with_its_service_is_no_lost_capacity() -> None:
+    """Two hard negatives of an independently written fleet, on replicas whose activity varies (so a
+    step is judged by the demand-driven rule): (a) a training replica's evaluation pass, SM activity
+    0.56 -> 0.24 while utilisation stays 86% -> 76% (kernels resident all along, lighter ones);
+    (b) an embedding service whose batch client stops, its two replicas sliding down together over a
+    minute (the peer's slide is no step of its own). A replica that loses capacity while its peer
+    keeps serving (utilisation falling with its SM activity: gaps while work waits) is still found."""
+    import math
+
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        wave = 0.5 + 0.08 * math.sin(2 * math.pi * t / 97) + 0.06 * math.sin(2 * math.pi * t / 41)
+        if g == 0:  # (a) evaluation from 1500 to 1620 s
+            sm = 0.24 if 1500 <= t < 1620 else wave
+            util = 76 if 1500 <= t < 1620 else 86
+            return record(t, g, sm=sm, reasons=0, clock=1980, pid=300, pod="train-0", service="trainer",
+                          DEV_GPU_UTIL=util)
+        if g in (1, 2):  # (b) both replicas slide down from 1500 s over 60 s
+            f = 1.0 - 0.65 * min(1.0, max(0.0, t - 1500) / 60.0)
+            return record(t, g, sm=wave * f, reasons=0, clock=1980, pid=300 + g, pod=f"embed-{g}", service="embed",
+                          DEV_GPU_UTIL=min(100.0, 120 * wave * f))
+        # g 3 and 4: a service of two replicas; 3 loses capacity at 1500 s
+        sm = wave * (0.4 if g == 3 and t >= 1500 else 1.0)
+        return record(t, g, sm=sm, reasons=0, clock=1980, pid=300 + g, pod=f"chat-{g}", service="chat",
+                      DEV_GPU_UTIL=min(100.0, 120 * sm))
+    found = [a for a in run(trace(1800, 5, make)) if a.kind == "throughput_drop"]
+    assert kinds(found) == [("throughput_drop", "GPU-n0-3")]
 
 
 def test_memory_leak_projects_time_to_oom_and_job_start_ramp_is_quiet() -> None:
@@ -252,6 +316,30 @@ def test_a_leak_that_fills_the_gpu_within_half_an_hour_is_judged_on_30_s_and_a_s
     found = run(trace(480, 2, make))
     assert kinds(found) == [("memory_leak", "GPU-n0-1")]
     assert 300 < found[0].start - T0 <= 300 + 35 and found[0].severity == "critical"
+
+
+def test_memory_allocated_when_work_begins_and_a_saw_tooth_are_no_leak_but_a_leak_under_running_work_is() -> None:
+    """Found on an independently written fleet (benchmarks/incidents/independent.py, 622 false leaks
+    in three traces): a training job whose process loaded and compiled for minutes (idle between
+    bursts) allocates 25 GiB over 30 s as its first steps run; a notebook process loads 30 GiB with
+    no kernel running; a job whose cache grows 600 MiB a minute and is emptied every five minutes.
+    None is a leak. The same growth under work that was already running, 15 s after that work
+    began (the real traces' leak phases), still is, within 30 s."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        if g == 0:  # compiles in bursts from 0 to 600 s, then trains; its first steps allocate 25 GiB in 30 s
+            sm = (0.6 if int(t) % 20 < 3 else 0.0) if t < 600 else 0.3
+            return record(t, g, sm=sm, fb=0.4 * TOTAL + min(max(0.0, t - 600), 30.0) * 850.0, pod="job-0")
+        if g == 1:  # an idle notebook loads a model at 600 s
+            return record(t, g, sm=0.0, fb=0.01 * TOTAL + min(max(0.0, t - 600), 25.0) * 1200.0, DEV_GPU_UTIL=0,
+                          pod="job-1")
+        if g == 2:  # a cache that grows 12 MiB/s for a minute and is emptied every 300 s
+            return record(t, g, sm=0.9, fb=0.5 * TOTAL + min(t % 300, 60.0) * 12.0, pod="job-2")
+        # trains at 0.1 until 585 s, then at 0.4; from 600 s it leaks 350 MiB/s
+        return record(t, g, sm=0.1 if t < 585 else 0.4, fb=0.3 * TOTAL + max(0.0, t - 600) * 350.0, pod="job-3")
+    found = [a for a in run(trace(1500, 4, lambda t, g: make(t, g) if g < 3 or t < 700 else None))
+             if a.kind == "memory_leak"]  # (the idle notebook is idle_allocated after 10 minutes)
+    assert kinds(found) == [("memory_leak", "GPU-n0-3")]
+    assert 600 < found[0].start - T0 <= 600 + 35
 
 
 def test_a_leak_that_fills_the_gpu_within_two_hours_is_judged_on_30_s_and_a_jagged_rise_is_not_one() -> None:
