@@ -211,6 +211,8 @@ def test_a_mutated_node_frame_decodes_or_raises_frame_error(data: st.DataObject)
     i = data.draw(st.integers(min_value=0, max_value=len(frames) - 1))
     frame = bytearray(frames[i])
     for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        if not frame:
+            break  # cut and deleted to nothing: nothing left to flip or set
         at = data.draw(st.integers(min_value=0, max_value=max(0, len(frame) - 5)))
         action = data.draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
         if action == "flip":
@@ -234,6 +236,22 @@ def test_a_mutated_node_frame_decodes_or_raises_frame_error(data: st.DataObject)
         except FrameError:
             continue
         assert all(isinstance(r, GpuRecord) for g in groups for r in g)
+
+
+@pytest.mark.parametrize("cut", [33, 44])
+def test_a_truncated_deflated_frame_whose_column_length_reaches_one_byte_past_its_body_is_refused(cut: int) -> None:
+    """Found by the mutation test above (CI, 2026-12-06): a deflated delta frame cut short and given a
+    valid checksum inflated to a body whose column length, read as a varint, counted its own byte as
+    room, so the block ended one byte past the body: ``struct.error`` / ``ValueError`` from the byte
+    planes, not FrameError. The length is now checked against the bytes after it (``Reader.length``)."""
+    frames = _frames()
+    i = 44
+    mutated = _with_crc(frames[i][:cut])
+    keyed = NodeFrameDecoder()
+    for f in frames[i - (i % 3) : i]:
+        keyed.decode(f)
+    with pytest.raises(FrameError, match="column length"):
+        keyed.decode(mutated)
 
 
 def test_the_shipped_agents_node_frames_from_a_real_h100_decode() -> None:

@@ -364,7 +364,7 @@ def read_column(
                 r.pos = end
                 return fast
     tag = r.u8("column tag")
-    size = r.count("column length", r.remaining)
+    size = r.length("column length")
     end = r.pos + size
     if skip:
         r.pos = end

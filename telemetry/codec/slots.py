@@ -289,7 +289,7 @@ def read_slot_column(
             r.pos = at + 2 + data[at + 1]
             return fast
     tag = r.u8("column tag")
-    size = r.count("column length", r.remaining)
+    size = r.length("column length")
     end = r.pos + size
     if skip:
         r.pos = end

@@ -133,6 +133,16 @@ class Reader:
             raise self.fail(f"{what} {n} exceeds limit {limit}", start)
         return n
 
+    def length(self, what: str) -> int:
+        """A varint byte length, refused when more bytes than follow it: a block's end (``pos`` plus
+        it) then never lies past the data (``count`` with ``remaining`` as its limit counted the
+        varint's own bytes as room, so a truncated frame could end a block one byte past its data)."""
+        start = self.pos
+        n = self.uvarint(what)
+        if n > self.end - self.pos:
+            raise self.fail(f"truncated: {what} {n} is more than the {self.end - self.pos} bytes left", start)
+        return n
+
     def f64(self, what: str) -> float:
         value: float = _F64.unpack(self.take(8, what))[0]
         return value
