@@ -73,6 +73,8 @@ THROTTLES: Final = int(
 THERMAL: Final = int(ClockEventReason.SW_THERMAL | ClockEventReason.HW_THERMAL)
 #: Power: a cap that may be normal at full rated power, and a hardware slowdown that never is.
 POWER: Final = int(ClockEventReason.SW_POWER_CAP | ClockEventReason.HW_SLOWDOWN)
+#: The power brake: an external signal that drops the clocks (the power detector's, critical).
+BRAKE: Final = int(ClockEventReason.HW_POWER_BRAKE)
 
 
 def members(mask: int) -> list[ClockEventReason]:

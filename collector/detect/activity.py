@@ -71,7 +71,7 @@ from collector.detect.level import (
     ActivityLevel,
 )
 from collector.detect.state import GpuState
-from telemetry.clocks import POWER, THERMAL, ClockEventReason, names
+from telemetry.clocks import BRAKE, POWER, THERMAL, names
 from telemetry.keys import SM_ACTIVE
 
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
@@ -79,7 +79,6 @@ BAND = 0.05  # a fall ends when activity is back this far above the ratio that s
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
 DEEP = 0.3  # a fall below this fraction of the level: the GPU mostly waits
 _CHANGE_WINDOW_S = 180.0
-BRAKE = int(ClockEventReason.HW_POWER_BRAKE)
 # a fall whose utilisation stays this many times its SM activity runs kernels on a fraction of the SMs:
 # launch-bound work (the launch-bound detector's finding, from DetectorConfig.launch_ratio up) or a phase
 # of smaller kernels (an evaluation, small batches: 80% against 0.18), not a job waiting for work. It was

@@ -36,7 +36,7 @@ from collector.detect.level import ActivityLevel
 from collector.detect.peers import Groups
 from collector.detect.remote import PeerSummary, Remote
 from collector.detect.state import GpuState
-from telemetry.clocks import POWER, THERMAL, ClockEventReason
+from telemetry.clocks import BRAKE, POWER, THERMAL, ClockEventReason
 from telemetry.keys import (
     CLOCKS_EVENT_REASONS,
     DRAM_ACTIVE,
@@ -63,7 +63,7 @@ PERF_KINDS: frozenset[AnomalyKind] = frozenset({"thermal_throttle", "power_throt
                                                 "idle_allocated", "launch_bound"})
 FREEZE_KINDS: frozenset[AnomalyKind] = frozenset({"thermal_throttle", "power_throttle", "straggler", "throughput_drop"})
 _SW_POWER_CAP = int(ClockEventReason.SW_POWER_CAP)  # a plain int: tested on every record
-_POWER_OR_BRAKE = POWER | int(ClockEventReason.HW_POWER_BRAKE)  # the bits without which throttle.power finds nothing
+_POWER_OR_BRAKE = POWER | BRAKE  # the bits without which throttle.power finds nothing
 EVENT_KINDS: frozenset[AnomalyKind] = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
 _PEER_S = 30.0

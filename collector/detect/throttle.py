@@ -20,13 +20,12 @@ from collector.detect.anomaly import Severity
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import IDLE
 from collector.detect.state import GpuState
-from telemetry.clocks import POWER, THERMAL, ClockEventReason, names
+from telemetry.clocks import BRAKE, POWER, THERMAL, ClockEventReason, names
 from telemetry.keys import GPU_TEMP, SM_CLOCK
 
 # single bits as plain ints (tested on every record)
 _HW_THERMAL = int(ClockEventReason.HW_THERMAL)
 _HW_SLOWDOWN = int(ClockEventReason.HW_SLOWDOWN)
-_BRAKE = int(ClockEventReason.HW_POWER_BRAKE)
 HOT_C = 87.0  # at or above this temperature a clock well below its baseline is thermal (no reason bit needed)
 AT_LIMIT = 0.9  # power within 10% of the highest limit this GPU had: at its cap, not held below it
 
@@ -66,7 +65,7 @@ def at_limit(st: GpuState, power_w: float | None, limit_w: float | None) -> bool
 def power(st: GpuState, cfg: DetectorConfig, power_w: float | None, limit_w: float | None) -> Finding | None:
     if limit_w is not None and limit_w > st.limit_max:
         st.limit_max = limit_w
-    brake = bool(st.reasons & _BRAKE)
+    brake = bool(st.reasons & BRAKE)
     clock = st.clock if st.clock is not None else math.inf
     capped = bool(st.reasons & POWER) and st.clock_base.count >= 30 \
         and clock < cfg.clock_drop_ratio * st.clock_base.level and (st.sm or 0.0) >= IDLE
@@ -75,7 +74,7 @@ def power(st: GpuState, cfg: DetectorConfig, power_w: float | None, limit_w: flo
         capped = False  # drawing its full rated power at the clock it holds there: the cap doing its job
     if not (brake or capped):
         return None
-    causes = [f"clock event reason {names(st.reasons & (POWER | _BRAKE))}"]
+    causes = [f"clock event reason {names(st.reasons & (POWER | BRAKE))}"]
     clock_cause = _clock_cause(st)
     if clock_cause:
         causes.append(clock_cause)
