@@ -98,7 +98,7 @@ def test_agent_emits_throttle_events_for_exactly_the_throttling_bits() -> None:
 
 def test_detectors_read_the_flag_types_groups() -> None:
     assert (throttle.THERMAL, throttle.POWER) == (THERMAL, POWER)
-    assert {throttle._HW_THERMAL, throttle._HW_SLOWDOWN, throttle._BRAKE} == {
+    assert {throttle._HW_THERMAL, throttle._HW_SLOWDOWN, throttle.BRAKE} == {
         ClockEventReason.HW_THERMAL, ClockEventReason.HW_SLOWDOWN, ClockEventReason.HW_POWER_BRAKE}
 
 
