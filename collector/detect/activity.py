@@ -28,7 +28,15 @@ is told from behaviour):
   finished but holds the GPU); a launch-bound phase (utilisation far above SM
   activity: the launch-bound detector's case, which names the remedy); a copy (PCIe
   traffic above ``COPYING`` that lands in device memory: a checkpoint going out, judged from when the copy ends;
-  one coming in is a weights load for a minute, and past that the job's input arriving slower than it computes).
+  one coming in is a weights load for a minute, and past that the job's input arriving slower than it computes;
+  a copy is traffic the working job did not move, or one-way traffic: a job spread over nodes moves its
+  collectives over PCIe both ways all the time, ``launch.copy_stage``); and, for ``DIP_MAX_S``, a fall that
+  came at once with the GPU as occupied as before (utilisation at 85% of what it was: forward passes back to
+  back, an evaluation), which waits for nothing.
+* A steady workload whose service's other pods fell with it, when none of them exchanges data with another
+  (under ``COPYING`` over PCIe at work: replicas of a server, which run flat out while a batch client sends
+  and fall together when it stops), fell with its demand. The pods of one job spread over nodes also fall
+  together, from their input, but they exchange their gradients over RDMA.
 * A **demand-driven** workload (serving) moves with its traffic, which differs between
   replicas (sticky sessions, cache-aware routing, regions) and over the day, so lower
   activity than before or than its peers is not by itself a fault. It is evidence of
@@ -49,7 +57,9 @@ is told from behaviour):
   that grows is capacity lost while work waited (reported), and the same requests with no
   queue is a cheaper mix of them (shorter prompts, cache hits), not a fault.
 
-Inside a multi-GPU pod one GPU behind the others is a straggler.
+Inside a multi-GPU pod one GPU behind the others is a straggler: not a GPU with no kernel at all
+while the others work (a synchronous job's others would be waiting for it, so these GPUs do
+separate work: a notebook's), nor one of a pod whose GPUs all fell (``POD_FELL``: the pod's fall).
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ from collections.abc import Sequence
 
 from collector.detect.evidence import Verdict
 from collector.detect.finding import DetectorConfig, Finding
-from collector.detect.launch import copying, hung, util_at
+from collector.detect.launch import COPYING, copy_stage, copying, hung, util_at
 from collector.detect.level import (
     CUSUM_H,
     CUSUM_WINDOW,
@@ -77,6 +87,7 @@ from telemetry.keys import SM_ACTIVE
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
 BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
+POD_FELL = 0.5  # a pod whose other GPUs are below this fraction of their levels fell as a whole
 DEEP = 0.3  # a fall below this fraction of the level: the GPU mostly waits
 _CHANGE_WINDOW_S = 180.0
 # a fall whose utilisation stays this many times its SM activity runs kernels on a fraction of the SMs:
@@ -277,7 +288,10 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
         if on < ref and rough <= 0.25 * (ref - on):
             ref = on
     fall = ref - new
-    if new < cfg.step_ratio * ref and fall >= 0.1 and lv.high_within(ts, ts - since + _STEP_S) >= ref - 0.5 * fall:
+    if new < cfg.step_ratio * ref and fall >= 0.1 and lv.high_within(ts, ts - since + _STEP_S) >= ref - 0.5 * fall \
+            and max(lv.fast, lv.last) < (cfg.step_ratio + BAND) * ref:
+        # (a step whose samples are back up is over: the run of low samples that made it ended, and
+        # from the way back up, judged from when it began, it was reported as it recovered)
         # a new level 35% lower, and still up half a minute before it: judged from when it fell
         lv.start_episode(since, ref, mode, True)
         lv.ep_sum, lv.ep_n = lv.cusum_sum, lv.cusum_n
@@ -355,6 +369,25 @@ def _join_can_explain(lv: ActivityLevel, lost: float, svc_peers: Sequence[GpuSta
     return lost <= (k / (k + 1) + 0.1) * lv.ep_ref
 
 
+def _shared(st: GpuState, ts: float, svc_peers: Sequence[GpuState], lost: float) -> str | None:
+    """Why the service's demand fell, if two thirds of its other replicas fell by as much at the
+    moment this one did (replicas that wander on their own rarely agree so)."""
+    lv = st.level
+    shared = sum(1 for p in svc_peers if _fell_with(p, lv.ep_start, ts, lost / lv.ep_ref))
+    if 3 * shared < 2 * len(svc_peers):
+        return None
+    return (f"{shared} of the service's {len(svc_peers)} other replicas fell as much at the same time "
+            "(the service's demand fell)")
+
+
+def _replicas(st: GpuState, svc_peers: Sequence[GpuState]) -> bool:
+    """Whether the service's pods are replicas that exchange no data: each moved less than ``COPYING``
+    over PCIe at work, where that was read. The pods of one job spread over nodes exchange their
+    gradients or activations over RDMA, gigabytes a second through PCIe; replicas of a server answer
+    their own requests (an embedding service's read 10-50 MB/s)."""
+    return all(0.0 <= p.pcie_work < COPYING for p in (st, *svc_peers))
+
+
 def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Sequence[GpuState],
                      svc_changed: float) -> str | None:
     """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing
@@ -378,10 +411,9 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
     # the service's demand fell: most of its other replicas fell with it, read from their blocks around
     # the step's start (a peer that slid down over a minute is in no fall of its own and has no step to
     # show, while this one's CUSUM called its slide a step: an embedding service's batch ending)
-    shared = sum(1 for p in svc_peers if _fell_with(p, lv.ep_start, ts, lost / lv.ep_ref))
-    if 3 * shared >= 2 * len(svc_peers):  # two thirds of them: replicas that wander on their own rarely agree so
-        return (f"{shared} of the service's {len(svc_peers)} other replicas fell as much at the same time "
-                "(the service's demand fell)")
+    shared = _shared(st, ts, svc_peers, lost)
+    if shared:
+        return shared
     if svc_changed >= lv.ep_start - _CHANGE_WINDOW_S:
         # read from the peers' blocks around the step's start, so it holds for a step confirmed late (a
         # noisy replica's CUSUM took 75 s to confirm a step that a join on its node had made)
@@ -440,8 +472,8 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
         return "input"
     if st.util_slow >= cfg.launch_util and st.util_slow >= SMALL_KERNELS * st.sm_slow and not hung(st, cfg):
         return "launch"  # kernels resident, few SMs working: launch-bound, or another phase of work
-    if copying(st):
-        return "copy"  # a checkpoint or weights moving over PCIe
+    if copy_stage(st):
+        return "copy"  # a checkpoint or weights moving over PCIe (beyond what the job moves at work)
     if lv.ep_mode == "step" and _occupied(st, cfg):
         return "busy"
     return None
@@ -533,6 +565,16 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         if why is not None:
             lv.rebase()  # demand, not capacity: its new level is its normal
             return None
+    elif lv.ep_mode == "steady" and svc_peers and not is_open \
+            and not (found is not None and found.cause in _CPU_STARVED) \
+            and _replicas(st, svc_peers) and _shared(st, ts, svc_peers, lv.ep_ref - lv.fast):
+        # a server's replicas that ran flat out (a batch of requests) are "steady" by their behaviour until
+        # the batch ends, and then fall together: the service's demand, which a replica waiting for its
+        # requests (asleep, as a job waiting for its input is) cannot tell apart. The pods of one job
+        # spread over nodes fall together too, from their input: they exchange data, replicas do not
+        # (an independently written fleet's embedding service: 23 false drops in three traces)
+        lv.rebase()
+        return None
     if is_open:
         if lv.ep_mode == "steady" and _new_cause(st, ts):
             # a new incident inside the reported one: the reported one ends (its anomaly closes) and the
@@ -551,15 +593,28 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         hold = cfg.demand_hold_s
     else:
         hold = cfg.steady_hold_s if waits or not lv.ep_abrupt else cfg.smooth_hold_s
+    # a smooth fall whose GPU stays as occupied as before (kernels back to back, fewer SMs at work) waits
+    # for nothing: forward passes of an evaluation, a lighter phase of the job's own work. It is judged
+    # once it outlasts the dips a job recovers from (an independently written fleet: one-GPU fine-tunes'
+    # 100-s evaluations, 0.71 -> 0.26 at 83% utilisation against 96%, and a 16-GPU job's of 155 s).
+    # What waits shows it: utilisation falls with SM activity (an input stall, a starved host), or
+    # stays pinned on a kernel that does not end (a hang, which ``_occupied`` leaves out). A phase
+    # begins at once; a fall that came as a drift over minutes is a job degrading, however occupied
+    # (the held-out generator's fine-tunes drift to half their SM activity at the same utilisation)
     # a job waiting for work is timed from when it left its plateau; an evaluation-like fall (smooth,
     # or the whole pod's) from when it was first seen below the ratio, as those holds were set
     unexcused = lv.unexcused(ts)
     if unexcused - (0.0 if hold == cfg.steady_hold_s else lv.ep_lead) < hold:
         return None
+    evaluation = lv.ep_abrupt and not waits and _occupied(st, cfg)  # (asked only once the hold is past)
+    if evaluation and lv.ep_mode != "step" and unexcused - lv.ep_lead < DIP_MAX_S:
+        return None
     # every GPU of the pod at once is what an evaluation or a checkpoint looks like, unless the job's
     # rhythm of falls like this one is known and this one is off it, or the job waits for a CPU (neither
     # an evaluation nor a checkpoint makes it do that): then it is judged as one GPU's fall is
-    if (pod_wide or pod_unseen) and lv.ep_mode != "step" and unexcused - lv.ep_lead < cfg.pod_hold_s \
+    # (and an evaluation-like one, above, until it outlasts the dips a job recovers from)
+    pod_hold = DIP_MAX_S if evaluation else cfg.pod_hold_s
+    if (pod_wide or pod_unseen) and lv.ep_mode != "step" and unexcused - lv.ep_lead < pod_hold \
             and not (found is not None and found.cause in _CPU_STARVED) and lv.on_rhythm(lv.ep_start) is not False:
         return None
     if lv.ep_mode != "steady" and _settling(lv, ts):
@@ -660,6 +715,19 @@ def straggler(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[
     med = _median(now)
     if med < 0.3 or sm >= cfg.straggler_ratio * med or med - sm < 0.1:
         return _slow_clock(st, ts, cfg, pod_peers, sm, med)
+    if _median([p.sm_rel for p in pod_peers]) < POD_FELL:
+        # the others are at less than half their own working level: the whole pod fell (its input, a
+        # dependency), and this GPU's bursts are out of step with theirs for a moment. The fall is the
+        # throughput detector's, and a straggler condition held for a sample ended its judgement each
+        # time (an independently written fleet: a 4-GPU job's 10-minute input stall went unreported)
+        return None
+    if sm < cfg.idle_sm and (st.util is None or st.util < 5.0):
+        # no kernel at all while the others work: a synchronous job's ranks would be waiting for this
+        # one at their next collective (NCCL spinning, SM activity near zero), not working at 0.3 or
+        # more. These GPUs do separate work (a notebook's, a pod running one process per GPU): an idle
+        # GPU is the idle detector's case. Found on an independently written fleet: 13 of 16 false
+        # stragglers were notebooks' GPUs at 0.00 against 0.3-0.6.
+        return None
     causes = [f"SM activity {sm:.2f} vs {med:.2f} median of the pod's other {len(pod_peers)} GPUs"]
     clocks = [p.clock for p in pod_peers if p.clock is not None]
     if st.clock is not None and clocks:

@@ -29,8 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from collector.detect import activity, errors, general, launch, memory, throttle
+from collector.detect import activity, errors, general, hbm, launch, memory, throttle
 from collector.detect.anomaly import SEVERITIES, Anomaly, AnomalyKey, AnomalyKind
+from collector.detect.baseline import RobustBaseline
 from collector.detect.finding import DetectorConfig, Finding
 from collector.detect.level import ActivityLevel
 from collector.detect.peers import Groups
@@ -47,6 +48,7 @@ from telemetry.keys import (
     FB_USED,
     GPU_TEMP,
     GPU_UTIL,
+    MEMORY_TEMP,
     PCIE_REPLAY_COUNTER,
     PCIE_RX_BYTES,
     PCIE_TX_BYTES,
@@ -164,9 +166,13 @@ class DetectionEngine:
         st.clock = m.get(SM_CLOCK)
         st.temp = m.get(GPU_TEMP)
         st.reasons = int(m.get(CLOCKS_EVENT_REASONS, 0))
-        rx = m.get(PCIE_RX_BYTES, 0.0)
-        st.pcie = m.get(PCIE_TX_BYTES, 0.0) + rx
+        rx = m.get(PCIE_RX_BYTES)
+        tx = m.get(PCIE_TX_BYTES)
+        st.pcie_rx = rx = rx or 0.0
+        st.pcie = (tx or 0.0) + rx
         st.dram = m.get(DRAM_ACTIVE)
+        if tx is not None:
+            launch.learn_traffic(st, ts)  # (only where read: no reading is no evidence of no traffic)
         if not launch.copying(st) or rx < 0.5 * st.pcie:
             st.h2d_since = -1.0
         elif st.h2d_since < 0:
@@ -285,6 +291,11 @@ class DetectionEngine:
             return
         st.pids, st.pids_since = pids, ts
         st.level = ActivityLevel(ts)  # a new workload: its own normal
+        st.pcie_work, st.pcie_ts = -1.0, -1e18
+        # the clock a GPU holds at its power cap is the workload's (a heavier job's kernels draw more per
+        # MHz and hold a lower clock at the same watts): a job that starts holding less there than the last
+        # one did is capped as designed (an independently written fleet: 9 false throttles on a capped rack)
+        st.cap_clock_base = RobustBaseline(1800.0)
         st.used_hist.clear()
         st.evidence.clear()
         st.leak = None
@@ -404,6 +415,10 @@ class DetectionEngine:
             self._add_activity_cause(st, perf)
         if perf is not None:
             found.append(perf)
+        hot = hbm.observe(st, ts, m.get(MEMORY_TEMP)) \
+            if ts - st.hbm.last_ts >= hbm.EVERY or st.hbm.finding is not None else None
+        if hot is not None:
+            found.append(hot)
         if cfg.metrics and st.pids and not found and ts - st.watch_ts >= general.EVERY:
             # (not while another finding explains the metrics better)
             unusual = general.observe(st, ts, m, cfg.metrics)

@@ -26,6 +26,7 @@ hold for minutes (``launch_hold_s``).
 from __future__ import annotations
 
 from collector.detect.finding import DetectorConfig, Finding
+from collector.detect.level import PLATEAU
 from collector.detect.state import GpuState
 from telemetry.bandwidth import DRAM_PEAK_MAX_BYTES_S
 from telemetry.keys import GPU_UTIL
@@ -55,6 +56,10 @@ HANG_RATIO = 10.0
 # six kernels spinning in a hang read 2.4 GiB/s over PCIe with DRAM activity 4e-6, a hundredth
 # (real trace r, docs/gpu-validation.md)
 LANDS = 0.25
+# seconds over which the PCIe traffic of a workload at its working level is learned (``learn_traffic``)
+WORK_TAU = 60.0
+TRAFFIC_EVERY = 5.0
+ONE_WAY = 4.0  # a copy's main direction carries this many times the other's bytes, or more
 
 
 def hung(st: GpuState, cfg: DetectorConfig) -> bool:
@@ -73,6 +78,42 @@ def copying(st: GpuState) -> bool:
     if st.pcie < COPYING:
         return False
     return st.dram is None or st.dram * DRAM_PEAK_MAX_BYTES_S >= LANDS * st.pcie
+
+
+def learn_traffic(st: GpuState, ts: float) -> None:
+    """Learn the PCIe traffic the workload moves while it works at its level (``pcie_work``).
+
+    Why: a job spread over nodes moves its collectives over PCIe to the NIC (GPUDirect RDMA), and
+    one that streams its input moves that; DCGM counts both as PCIe bytes, gigabytes a second all
+    the time. Measured against ``COPYING`` alone, such a job's every fall was a "copy" (a
+    checkpoint going out) and was never judged: a 16-GPU job's input stall of 11 minutes on an
+    independently written fleet (SM activity 0.68 -> 0.15, its feeding threads asleep, 2-3 GB/s
+    still moving) went unreported. A copy stage moves what the working job did not."""
+    dt = ts - st.pcie_ts
+    if dt < TRAFFIC_EVERY:
+        return  # (a minute's mean: a sample in five seconds is plenty)
+    lv = st.level
+    sm = st.sm
+    if lv.ep_ref or sm is None or lv.level <= 0.0 or sm < PLATEAU * lv.level:
+        return
+    st.pcie_ts = ts
+    if st.pcie_work < 0.0:
+        st.pcie_work = st.pcie
+    else:
+        st.pcie_work += min(dt, WORK_TAU) / WORK_TAU * (st.pcie - st.pcie_work)
+
+
+def copy_stage(st: GpuState) -> bool:
+    """A copy of the workload's own (a checkpoint, weights): ``copying``, and either ``COPYING``
+    more than the traffic it moved at work or one way (``ONE_WAY``). A checkpoint goes device to
+    host and a weights load host to device, while a collective over RDMA sends as much as it
+    receives: a job spread over nodes writing a sharded checkpoint moved 1.5-4 GB/s out against
+    30 GB/s both ways at work (an independently written fleet), and was no copy by its volume."""
+    if not copying(st):
+        return False
+    rx = st.pcie_rx
+    tx = st.pcie - rx
+    return st.pcie >= max(0.0, st.pcie_work) + COPYING or max(tx, rx) >= ONE_WAY * min(tx, rx)
 
 
 def smooth(st: GpuState, ts: float, sm: float, util: float) -> None:

@@ -15,6 +15,7 @@ from collector.detect.anomaly import Anomaly, AnomalyKind
 from collector.detect.baseline import RobustBaseline
 from collector.detect.evidence import Evidence, Verdict
 from collector.detect.finding import Finding
+from collector.detect.hbm import HbmFit
 from collector.detect.level import ActivityLevel
 from telemetry.records import GpuId
 
@@ -51,6 +52,9 @@ class GpuState:
     slow_ts: float = -1e18  # when the clock and temperature baselines last learned
     sm_rel: float = 1.0  # recent SM activity / own working level, for peers to compare against
     pcie: float = 0.0  # PCIe traffic, bytes/s, both directions (0 where not reported)
+    pcie_rx: float = 0.0  # of which host to device (PCIe receive, as DCGM counts it), bytes/s
+    pcie_work: float = -1.0  # PCIe traffic at the working level, bytes/s (-1: not learned; launch.learn_traffic)
+    pcie_ts: float = -1e18  # when pcie_work last learned
     h2d_since: float = -1.0  # since when a copy has mostly gone host to device without a pause (-1: none)
     dram: float | None = None  # DRAM activity (ratio), where reported
     # launch-bound: slow means of utilisation (ratio 0-1) and SM activity, and when last folded
@@ -73,6 +77,7 @@ class GpuState:
     xid_ts: float = -1e18
     leak: Finding | None = None
     sbe_finding: Finding | None = None
+    hbm: HbmFit = field(default_factory=HbmFit)  # HBM temperature against its die's and its traffic
     # the general-purpose detector: one watch per metric, and when another anomaly was last open
     watches: dict[str, Watch] = field(default_factory=dict)
     watch_ts: float = -1e18

@@ -6,8 +6,10 @@ what matters is the SM clock falling well below what this GPU normally holds whe
 At its full rated power, that is the clock it holds *at the cap* (a second baseline): a
 GPU that reaches the cap because its load rose (a serving replica taking more traffic)
 is capped as designed, not throttled, while one that holds far lower clocks there than it
-used to is. Below its rated power, a cap means a lowered limit or a cap that bites below
-the limit (a power-delivery or BMC cap). HW slowdown counts whatever the power.
+used to is. "Used to" is this job's: a heavier job draws more per MHz and holds a lower clock
+at the same watts, so the clock held at the cap is learned afresh for each workload (engine.py).
+Below its rated power, a cap means a lowered limit or a cap that bites below the limit (a
+power-delivery or BMC cap). HW slowdown counts whatever the power.
 Thermal reasons (SW/HW thermal) are never normal, and HW power brake is an external
 signal that slows the GPU to a crawl, so those fire on the bit alone.
 """

@@ -347,12 +347,30 @@ def test_a_leak_that_fills_the_gpu_within_two_hours_is_judged_on_30_s_and_a_jagg
     minute of it was asked before. A rise in steps (an allocator growing its pool by 300 MiB every
     15 s, three times), and a 40-s rise read with 900 MiB of jitter, are not a line: quiet."""
     def make(t: float, g: int):  # type: ignore[no-untyped-def]
-        into = max(0.0, t - 300)
+        into = max(0.0, t - 700)  # (in a process ten minutes old: a younger one's growth waits, below)
         if g == 0:
             return record(t, g, fb=0.5 * TOTAL + into * 20.0)
         if g == 1:
             return record(t, g, fb=0.5 * TOTAL + min(into // 15, 3) * 300.0)
         return record(t, g, fb=0.5 * TOTAL + min(into, 40) * 20.0 + (900.0 if int(t) % 2 else 0.0))
-    found = run(trace(480, 3, make))
+    found = run(trace(880, 3, make))
     assert kinds(found) == [("memory_leak", "GPU-n0-0")]
-    assert 300 < found[0].start - T0 <= 300 + 35 and found[0].severity == "warning"
+    assert 700 < found[0].start - T0 <= 700 + 35 and found[0].severity == "warning"
+
+
+def test_a_young_processs_growth_waits_for_its_first_ten_minutes_unless_it_is_urgent() -> None:
+    """In a process's first ten minutes a cache grows its first tooth before it ever frees (GPU 0:
+    4 GiB over four minutes, then freed), which no history can tell from a leak. Growth that leaves
+    half an hour or more is judged once the process is ten minutes old (GPU 1, the same rate going
+    on: found then); a leak that fills the GPU within minutes is reported at once (GPU 2)."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        into = max(0.0, t - 200)
+        if g == 0:
+            return record(t, g, fb=0.5 * TOTAL + (into * 17.0 if into < 240 else 0.0))
+        if g == 1:
+            return record(t, g, fb=0.5 * TOTAL + into * 17.0)
+        return record(t, g, fb=0.3 * TOTAL + into * 300.0)
+    found = run(trace(900, 3, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-2"), ("memory_leak", "GPU-n0-1")]
+    assert 200 < found[0].start - T0 <= 240 and found[0].severity == "critical"
+    assert 600 <= found[1].start - T0 <= 640

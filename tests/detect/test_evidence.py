@@ -33,7 +33,9 @@ def _job(host: Host, *, fall_to: float = 0.3, seconds: int = 480, replicas: int 
         for g in range(replicas):
             fallen = g == 0 and s >= FALL_AT
             sm = (fall_to if fallen else 0.8) * (1.0 + rng.gauss(0.0, noise))
-            rec = record(float(s), g, sm=sm, pid=100 + g, pod=f"pod-{g}", DEV_GPU_UTIL=90.0,
+            # utilisation falls with SM activity: the GPU waits between kernels (at 90% as before, the
+            # GPU as occupied as it was, the fall would be another phase of the job's work: test_job_phases)
+            rec = record(float(s), g, sm=sm, pid=100 + g, pod=f"pod-{g}", DEV_GPU_UTIL=min(90.0, 112.0 * sm),
                          PROF_PCIE_RX_BYTES=4e8 * sm)
             out.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
     return out
@@ -249,8 +251,8 @@ def test_a_pod_wide_fall_while_the_job_waits_for_a_cpu_is_no_pod_pause(host: Hos
         for g in range(4):
             fallen = s >= FALL_AT
             sm = (0.35 if fallen else 0.9) * (1.0 + rng.gauss(0.0, 0.01))
-            rec = record(float(s), g, sm=sm, pid=100 + g, pod="trainer-0", DEV_GPU_UTIL=90.0,
-                         PROF_PCIE_RX_BYTES=4e8 * sm)
+            rec = record(float(s), g, sm=sm, pid=100 + g, pod="trainer-0", DEV_GPU_UTIL=min(90.0, 112.0 * sm),
+                         PROF_PCIE_RX_BYTES=4e8 * sm)  # (utilisation falls with it: see test_job_phases)
             recs.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
     drops = _drops(run(recs))
     assert len(drops) == 4

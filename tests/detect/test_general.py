@@ -62,7 +62,8 @@ def test_an_excursion_that_stays_becomes_the_series_normal_after_half_an_hour() 
     opens."""
     engine = DetectionEngine()
     changes = [ch for rec in trace(9000, 1, _hbm([(2400, 10_000, 12.0)])) for ch in engine.feed(rec)]
-    assert [ch.action for ch in changes if ch.anomaly.kind == "metric_anomaly"] == ["open", "close"]
+    assert [ch.action for ch in changes if ch.anomaly.kind == "metric_anomaly" and ch.action != "update"] \
+        == ["open", "close"]  # (updated once the HBM detector names it: collector/detect/hbm.py)
 
 
 def test_an_inference_servers_time_to_first_token_far_beyond_its_worst_is_reported() -> None:
@@ -136,6 +137,6 @@ def test_an_excursion_is_judged_on_a_sliding_minute_and_its_samples_do_not_outli
         mem_temp = 74.0 + (t % 7) / 7 + (9.0 if 3000 <= t < 3600 else 0.0)
         return record(t, g, sm=0.92, pod="", DEV_MEMORY_TEMP=mem_temp, DEV_GPU_UTIL=92)
     changes = [ch for rec in trace(6000, 1, make) for ch in engine.feed(rec)]
-    mine = [ch for ch in changes if ch.anomaly.kind == "metric_anomaly"]
-    assert [ch.action for ch in mine] == ["open", "close"]
+    mine = [ch for ch in changes if ch.anomaly.kind == "metric_anomaly" and ch.action != "update"]
+    assert [ch.action for ch in mine] == ["open", "close"]  # (updated once the HBM detector names it)
     assert 3000 < mine[0].anomaly.start - T0 <= 3000 + 45

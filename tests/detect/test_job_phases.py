@@ -1,0 +1,137 @@
+"""Phases of a job that look like a fault, and faults that looked like a phase: multi-node jobs
+whose collectives keep PCIe busy, evaluations that keep the GPU occupied, notebooks whose GPUs
+do separate work, and a new job at a power cap. Each was found on an independently written fleet
+(docs/benchmarks.md, round 22)."""
+
+from __future__ import annotations
+
+from collector.detect import Anomaly
+from telemetry.records import GpuRecord
+from tests.detect.helpers import T0, kinds, record, run, trace
+
+WORK = {"PROF_PCIE_RX_BYTES": 8e9, "PROF_PCIE_TX_BYTES": 8e9, "PROF_DRAM_ACTIVE": 0.3}
+
+
+def _pod(fault: tuple[int, int], during: dict[str, float], sm: float, util: float, seconds: int = 1500,
+         gpus: int = 4) -> list[Anomaly]:
+    """A pod of ``gpus`` GPUs of a job spread over nodes: at work SM activity 0.7, utilisation 97%
+    and 8 GB/s each way over PCIe (its collectives over RDMA); over ``fault`` every GPU reads
+    ``sm``, ``util`` and the traffic ``during``."""
+    a, b = fault
+
+    def make(t: float, g: int) -> GpuRecord:
+        if a <= t < b:
+            return record(t, g, sm=sm, pid=100 + g, DEV_GPU_UTIL=util, **during)
+        return record(t, g, sm=0.7 + 0.01 * (g % 2), pid=100 + g, DEV_GPU_UTIL=97, **WORK)
+    return run(trace(seconds, gpus, make))
+
+
+def test_a_multi_node_jobs_input_stall_is_found_though_its_collectives_keep_pcie_busy() -> None:
+    """SM activity 0.7 -> 0.15 with 2.6 GB/s still moving, both ways: the traffic was taken for a copy
+    (a checkpoint going out) at every sample, so the fall was never judged (a 16-GPU job's 11-minute
+    stall went unreported). A copy moves what the working job did not, or moves one way."""
+    found = _pod((600, 1200), {"PROF_PCIE_RX_BYTES": 1.0e9, "PROF_PCIE_TX_BYTES": 1.6e9, "PROF_DRAM_ACTIVE": 0.05},
+                 sm=0.15, util=30)
+    assert sorted(kinds(found)) == [("throughput_drop", f"GPU-n0-{g}") for g in range(4)]
+    assert all(600 < a.start - T0 <= 600 + 170 for a in found)
+
+
+def test_its_sharded_checkpoint_going_out_one_way_is_quiet() -> None:
+    """Every rank writes its shard: 3 GB/s device to host for 50 s, far less than the 16 GB/s the job
+    moved at work, with the SMs idle. One way is a copy whatever its volume; judged by its volume
+    alone, it was reported as a step 25 s in."""
+    assert _pod((600, 650), {"PROF_PCIE_RX_BYTES": 1e6, "PROF_PCIE_TX_BYTES": 3e9, "PROF_DRAM_ACTIVE": 0.02},
+                sm=0.004, util=2) == []
+
+
+def test_an_evaluation_that_keeps_the_pods_gpus_occupied_is_quiet_past_the_pods_hold() -> None:
+    """Forward passes back to back: SM activity 0.7 -> 0.3 at 84% utilisation for 200 s, longer than
+    the 150 s a pod-wide fall is held. What waits shows it: the same fall with utilisation at 30%
+    (the GPUs idle between batches) is reported."""
+    occupied = _pod((600, 800), WORK, sm=0.3, util=84)
+    assert occupied == []
+    waiting = _pod((600, 800), WORK, sm=0.3, util=30)
+    assert sorted(kinds(waiting)) == [("throughput_drop", f"GPU-n0-{g}") for g in range(4)]
+
+
+def _lone(fall: tuple[int, int], sm: float, util: float) -> list[Anomaly]:
+    a, b = fall
+
+    def make(t: float, g: int) -> GpuRecord:
+        if a <= t < b:
+            return record(t, g, sm=sm, pod="", DEV_GPU_UTIL=util)
+        return record(t, g, sm=0.71, pod="", DEV_GPU_UTIL=96)
+    return run(trace(b + 300, 1, make))
+
+
+def test_a_one_gpu_jobs_evaluation_at_the_same_utilisation_is_quiet_and_a_stall_is_not() -> None:
+    """A fine-tune's 120-s evaluation (0.71 -> 0.26 at 83% utilisation against 96%) was reported after
+    the 90 s a smooth fall is held. The same fall with the GPU idle between kernels is found."""
+    assert _lone((600, 720), sm=0.26, util=83) == []
+    found = _lone((600, 900), sm=0.26, util=35)
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 600 < found[0].start - T0 <= 600 + 100
+    assert kinds(_lone((600, 1200), sm=0.26, util=83)) == [("throughput_drop", "GPU-n0-0")]  # past 300 s
+
+
+def test_a_notebooks_idle_gpu_beside_busy_ones_is_no_straggler() -> None:
+    """A notebook pod's four GPUs: three run at 0.6 while the fourth has no kernel at all. In a
+    synchronous job the others would be waiting for it at their next collective (NCCL spinning, SM
+    activity near zero), not working: these GPUs do separate work (13 of 16 false stragglers)."""
+    def make(t: float, g: int) -> GpuRecord:
+        if g == 3 and t >= 200:
+            return record(t, g, sm=0.0, pid=103, pod="jupyter-0", service="jupyter", DEV_GPU_UTIL=0)
+        return record(t, g, sm=0.6, pid=100 + g, pod="jupyter-0", service="jupyter", DEV_GPU_UTIL=90)
+    found = run(trace(500, 4, make))
+    assert [a for a in found if a.kind == "straggler"] == []
+
+
+def test_a_pod_wide_stall_whose_bursts_are_out_of_step_is_a_drop_and_no_straggler() -> None:
+    """Every GPU of the pod waits for its input, each in its own bursts: for some seconds one reads
+    0.08 against the others' 0.35. The pod fell (its GPUs at half their level or less), which is the
+    throughput detector's; as a straggler condition, each such moment ended the fall's judgement,
+    and a 10-minute stall of a 4-GPU job went unreported."""
+    def make(t: float, g: int) -> GpuRecord:
+        if 600 <= t < 1300:
+            low = (int(t) // 8) % 4 == g
+            return record(t, g, sm=0.08 if low else 0.35, pid=100 + g, DEV_GPU_UTIL=12 if low else 50)
+        return record(t, g, sm=0.8, pid=100 + g, DEV_GPU_UTIL=96)
+    found = run(trace(1500, 4, make))
+    assert sorted(kinds(found)) == [("throughput_drop", f"GPU-n0-{g}") for g in range(4)]
+
+
+def test_a_new_job_holding_a_lower_clock_at_the_power_cap_is_capped_as_designed() -> None:
+    """At its power cap a heavier job's kernels draw more per MHz and hold a lower clock at the same
+    watts. The clock held at the cap was learned across jobs, so the next, heavier job on the GPU
+    was "throttled" (9 false power throttles on a capped rack). It is learned per job now, and a
+    clock pulled well below what this job holds there is still found."""
+    def make(t: float, g: int) -> GpuRecord:
+        if t < 900:
+            return record(t, g, clock=1700, pid=100)
+        return record(t, g, clock=1000 if t >= 1800 else 1350, pid=101)
+    found = run(trace(2100, 1, make))
+    assert kinds(found) == [("power_throttle", "GPU-n0-0")]
+    assert 1800 <= found[0].start - T0 <= 1830
+
+
+def _fall_together(traffic: float) -> list[Anomaly]:
+    """Four pods of one service, one GPU each, flat out at 0.7 (steady by their behaviour) with
+    ``traffic`` bytes/s each way over PCIe; at 900 s all four fall to 0.15, their GPUs idle
+    between kernels, for five minutes."""
+    def make(t: float, g: int) -> GpuRecord:
+        fallen = t >= 900
+        sm = (0.15 if fallen else 0.7) + 0.01 * ((int(t) * 7 + g) % 3)
+        return record(t, g, sm=sm, pid=100 + g, pod=f"pod-{g}", service="svc", node=f"n{g}",
+                      DEV_GPU_UTIL=25 if fallen else 95, PROF_PCIE_RX_BYTES=traffic, PROF_PCIE_TX_BYTES=traffic)
+    return run(trace(1200, 4, make))
+
+
+def test_a_services_replicas_that_ran_flat_out_and_fall_together_are_its_demand() -> None:
+    """An embedding service's replicas run flat out while a batch client sends, then all fall when it
+    ends: the service's demand (23 false drops in three traces of an independently written fleet).
+    The pods of one job spread over nodes fall together too, from their input, and that is lost
+    throughput: they exchange gradients over RDMA (gigabytes a second through PCIe), replicas
+    answer their own requests."""
+    assert _fall_together(3e7) == []
+    job = _fall_together(5e9)
+    assert sorted(kinds(job)) == [("throughput_drop", f"GPU-n{g}-{g}") for g in range(4)]
