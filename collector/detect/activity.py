@@ -111,6 +111,7 @@ _FORGET_S = 300.0  # how far back before a reported fall its way down is looked 
 # host-side causes that no evaluation or checkpoint produces (input waits and one busy thread may be a
 # checkpoint writing, or pickling on one thread): a pod-wide fall with one of them is no pod pause
 _CPU_STARVED = ("contention", "throttled")
+_AFTER_COPY_S = 30.0  # a fall that began this soon after a copy ended is the copy's stage (a checkpoint's write)
 _YOUNG_S = 60.0  # a level not yet established: its highest block of this long ago is where it fell from
 _NEW_CAUSE_S = 20.0  # a reported fall's host evidence is weighed again over this window for a new cause ...
 _NEW_CAUSE_HOLD_S = 10.0  # ... which must name the same new cause this long
@@ -537,6 +538,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         why = None
     if why == "copy":
         # a checkpoint going out: judged from when the copy ends
+        st.copy_ts = ts
         lv.start_episode(ts, lv.ep_ref, lv.ep_mode, lv.ep_abrupt, lv.ep_reported, waits=lv.ep_waits,
                          fallen=lv.ep_fallen)
         return None
@@ -615,7 +617,8 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     # (and an evaluation-like one, above, until it outlasts the dips a job recovers from)
     pod_hold = DIP_MAX_S if evaluation else cfg.pod_hold_s
     if (pod_wide or pod_unseen) and lv.ep_mode != "step" and unexcused - lv.ep_lead < pod_hold \
-            and not (found is not None and found.cause in _CPU_STARVED) and lv.on_rhythm(lv.ep_start) is not False:
+            and not (found is not None and found.cause in _CPU_STARVED) and lv.on_rhythm(lv.ep_start) is not False \
+            and not (pod_wide and _pod_asleep(st, found, pod_peers, ts)):
         return None
     if lv.ep_mode != "steady" and _settling(lv, ts):
         return None
@@ -631,6 +634,27 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     st.drop_cause = found.cause if found is not None and found.host_side else None
     st.new_cause = None
     return _finding(st, ts, cfg, pod_peers, svc_peers, True, pod_wide, waits)
+
+
+def _pod_asleep(st: GpuState, found: Verdict | None, pod_peers: Sequence[GpuState], ts: float) -> bool:
+    """Whether the whole pod waits for its input: this GPU's feeding thread sleeps since the fall,
+    and so do most of its peers', and the fall did not begin as a copy ended.
+
+    Why: every rank of a data-parallel job waits on its own loader when the storage behind them
+    is slow, and its main thread sleeps on the loader's queue (an independently written fleet's
+    4- to 16-GPU input stalls, at 85% asleep on every rank, waited the 150 s of a pod's pause and
+    were found at a median of 154 s). A pod's pauses do not make its ranks sleep: an evaluation
+    keeps them busy, and a checkpoint written by one rank leaves the others spinning at a barrier.
+    A checkpoint written by every rank comes after its copy to host memory, so a fall that began
+    within ``_AFTER_COPY_S`` of a copy keeps the pod's hold (its ranks block writing their shards)."""
+    if found is None or not found.asleep or found.since - st.copy_ts < _AFTER_COPY_S:
+        return False
+    asleep = 0
+    for p in pod_peers:
+        seen = verdict(p, found.since, ts)
+        if seen is not None and seen.asleep:
+            asleep += 1
+    return 2 * asleep > len(pod_peers)
 
 
 def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],

@@ -78,6 +78,7 @@ class Verdict:
     cause: str
     text: str
     since: float = 0.0  # the start of the fall it was weighed for
+    asleep: bool = False  # (``input``) the feeding thread sleeps: it waits for its input, not a write
 
     @property
     def host_side(self) -> bool:
@@ -145,7 +146,7 @@ class Evidence:
         for check in (self._demand, self._queue, self._throttled, self._contention, self._single_thread, self._input):
             found = check(since, ts, fell)
             if found is not None:
-                return Verdict(found.cause, found.text, since)
+                return Verdict(found.cause, found.text, since, found.asleep)
         return Verdict("none", "no host-side cause found: the process's CPU, its container's throttling and the "
                                "node's pressure did not change with the fall", since)
 
@@ -238,4 +239,4 @@ class Evidence:
         rx_before, rx_now = self.windows(k.PCIE_RX_BYTES, since, ts)
         if rx_before and rx_now is not None and rx_now < 0.5 * rx_before:
             parts.append(f"PCIe receive fell {(1.0 - rx_now / rx_before) * 100:.0f}%")
-        return Verdict("input", f"{' and '.join(parts)} {fell}: waiting on input")
+        return Verdict("input", f"{' and '.join(parts)} {fell}: waiting on input", asleep=asleep)

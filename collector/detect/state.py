@@ -55,6 +55,7 @@ class GpuState:
     pcie_rx: float = 0.0  # of which host to device (PCIe receive, as DCGM counts it), bytes/s
     pcie_work: float = -1.0  # PCIe traffic at the working level, bytes/s (-1: not learned; launch.learn_traffic)
     pcie_ts: float = -1e18  # when pcie_work last learned
+    copy_ts: float = -1e18  # when a copy stage was last seen (activity: a checkpoint's write follows it)
     h2d_since: float = -1.0  # since when a copy has mostly gone host to device without a pause (-1: none)
     dram: float | None = None  # DRAM activity (ratio), where reported
     # launch-bound: slow means of utilisation (ratio 0-1) and SM activity, and when last folded

@@ -135,3 +135,34 @@ def test_a_services_replicas_that_ran_flat_out_and_fall_together_are_its_demand(
     assert _fall_together(3e7) == []
     job = _fall_together(5e9)
     assert sorted(kinds(job)) == [("throughput_drop", f"GPU-n{g}-{g}") for g in range(4)]
+
+
+def _asleep(copy_first: bool) -> list[Anomaly]:
+    """A 4-GPU pod at 0.8 whose every GPU falls to 0.2 at 600 s with its feeding thread asleep 90% of
+    the time (before: 20%); with ``copy_first``, the fall comes as a 20-s copy to host memory ends
+    (device to host, one way: every rank writing its shard of a checkpoint)."""
+    from dataclasses import replace as _replace
+
+    from telemetry import keys as k
+
+    def make(t: float, g: int) -> GpuRecord:
+        copying = copy_first and 580 <= t < 600
+        fallen = t >= 600
+        rec = record(t, g, sm=0.004 if copying else 0.2 if fallen else 0.8, pid=100 + g,
+                     DEV_GPU_UTIL=2 if copying else 25 if fallen else 95, PROF_DRAM_ACTIVE=0.05 if copying else 0.3,
+                     PROF_PCIE_TX_BYTES=6e9 if copying else 2e7, PROF_PCIE_RX_BYTES=2e7)
+        return _replace(rec, metrics={**rec.metrics, k.PROCESS_SLEEPING_RATIO: 0.9 if fallen else 0.2,
+                                      k.PROCESS_CPU_CORES: 1.0 if fallen else 4.0})
+    return [a for a in run(trace(900, 4, make)) if a.kind == "throughput_drop"]
+
+
+def test_a_pod_whose_every_rank_sleeps_on_its_input_is_judged_as_one_gpus_fall() -> None:
+    """Every rank of a data-parallel job waits on its own loader when the storage behind them is
+    slow: judged after a job's minute of waiting, not the 150 s a pod's pause may last (an
+    independently written fleet's pod-wide input stalls were found at a median of 154 s). A
+    checkpoint written by every rank also sleeps, but after its copy to host memory: that keeps the
+    pod's hold."""
+    found = _asleep(copy_first=False)
+    assert len(found) == 4 and all(600 < a.start - T0 <= 600 + 75 for a in found)
+    held = _asleep(copy_first=True)
+    assert len(held) == 4 and all(a.start - T0 > 600 + 140 for a in held)
