@@ -51,6 +51,11 @@ STARTUP_S = 120.0  # a process's first minutes: loading weights and allocating c
 # reported once it has gone on for 30 s; a ramp that stops sooner (the test of a short ramp) is not
 URGENT_S = 30.0
 CYCLE_S = 600.0  # memory freed and grown back within this long is a cycle of the job's, not a leak
+# the longest window: the whole kept history (240 points, one every EVERY s). A leak that grows in steps
+# (512 MiB every two minutes: an allocation per request batch never freed) fits no line in five minutes
+# and leaves quarters of it flat; over twenty minutes each quarter holds steps and the line fits. An
+# allocator meeting longer inputs grows in steps too, but ever more rarely: its last quarter is flat
+LONG_S = 1200.0
 COINCIDE_S = 5.0  # growth that began within this of the work under it is allocation for that work
 WORKING = 0.05  # median SM activity below this: no work under the growth (a load, an idle notebook)
 URGENT_TTO_S = 7200.0
@@ -102,7 +107,7 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
     # longer its interval, the more a window may reach back and fall short for a point to land in it
     # (at 10 s, +-1 s: a 30-s window held 3 points and a 60-s one 53 s of them, so no leak was seen)
     slack = max(0.0, fb[-1][0] - fb[-2][0] - EVERY) if len(fb) > 1 else 0.0
-    for span in (URGENT_S, cfg.leak_window_s, 5 * cfg.leak_window_s):
+    for span in (URGENT_S, cfg.leak_window_s, 5 * cfg.leak_window_s, LONG_S):
         urgent = span == URGENT_S
         # (a 30-s window holds 25 s of points at 1 Hz, and at a 10-s interval 4 points, one a quarter)
         need = span - 1.5 * EVERY if urgent else 0.9 * span
@@ -125,8 +130,9 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
             steps = [points[(i + 1) * q if i < 3 else -1][1] - points[i * q][1] for i in range(4)]
         else:  # four points (a 10-s interval) are three steps: each must grow
             steps = [b[1] - a[1] for a, b in itertools.pairwise(points)]
-        if min(steps) <= 0.1 * growth / 4 or points[-1][1] <= points[-2][1]:
-            continue  # (and growth that keeps going: a ramp that stopped in the last quarter is no leak)
+        if min(steps) <= 0.1 * growth / 4 or (points[-1][1] <= points[-2][1] and span < LONG_S):
+            continue  # (and growth that keeps going: a ramp that stopped in the last quarter is no leak;
+            # over twenty minutes a leak in steps is flat between them, and its quarters say it goes on)
         tto = (total - used) / slope
         if tto > (URGENT_TTO_S if urgent else cfg.leak_horizon_s):
             continue

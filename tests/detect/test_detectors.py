@@ -374,3 +374,20 @@ def test_a_young_processs_growth_waits_for_its_first_ten_minutes_unless_it_is_ur
     assert kinds(found) == [("memory_leak", "GPU-n0-2"), ("memory_leak", "GPU-n0-1")]
     assert 200 < found[0].start - T0 <= 240 and found[0].severity == "critical"
     assert 600 <= found[1].start - T0 <= 640
+
+
+def test_a_leak_in_steps_is_found_over_twenty_minutes_and_an_allocator_meeting_longer_inputs_is_not() -> None:
+    """512 MiB every two minutes, never freed (an allocation per batch of requests kept): no line fits
+    one step in five minutes, and quarters of five minutes are flat, so it was never reported (6 of 14
+    leaks of an independently written fleet). Over the twenty minutes kept, every quarter holds steps.
+    An allocator growing its pool as ever longer inputs arrive grows in steps too, but ever more
+    rarely (2, 4, 8, 16 minutes apart): its last quarter is flat, and it is not a leak."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        into = max(0.0, t - 900)
+        if g == 0:
+            return record(t, g, fb=0.5 * TOTAL + 512.0 * (into // 120))
+        steps = sum(1 for at in (120, 360, 840, 1800, 3720) if into >= at)
+        return record(t, g, fb=0.5 * TOTAL + 768.0 * steps)
+    found = run(trace(900 + 3000, 2, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-0")]
+    assert 900 + 600 < found[0].start - T0 <= 900 + 1320
