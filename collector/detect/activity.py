@@ -86,6 +86,7 @@ from telemetry.keys import SM_ACTIVE
 
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
 BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it
+REPLICATED_S = 3600.0  # a service seen with replicas this recently is a server's (one may be alone for now)
 DIP_MAX_S = 300.0  # falls that recover within this long are remembered as the job's dips
 POD_FELL = 0.5  # a pod whose other GPUs are below this fraction of their levels fell as a whole
 DEEP = 0.3  # a fall below this fraction of the level: the GPU mostly waits
@@ -238,7 +239,7 @@ def _new_cause(st: GpuState, ts: float) -> bool:
     return ts - seen[0] >= _NEW_CAUSE_HOLD_S
 
 
-def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) -> bool:
+def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, replicated: bool, lone: bool) -> bool:
     lv = st.level
     fast = lv.fast
     if fast < ZERO:
@@ -258,7 +259,7 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, lone: bool) 
             return True
         since = lv.left_plateau(ref, ts, _STEP_S)
         found = verdict(st, since, ts)
-        if found is not None and found.host_side:
+        if found is not None and found.host_side and not _awaits_requests(st, found, replicated):
             lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since, fallen=cfg.drop_ratio)
             return True
         if mode == "unsure" and lone and (found is None or found.cause != "demand") and not st.evidence.serves():
@@ -381,7 +382,24 @@ def _shared(st: GpuState, ts: float, svc_peers: Sequence[GpuState], lost: float)
             "(the service's demand fell)")
 
 
-def _replicas(st: GpuState, svc_peers: Sequence[GpuState]) -> bool:
+def _awaits_requests(st: GpuState, found: Verdict | None, replicated: bool) -> bool:
+    """Whether a server's replica fell because it had less to do: its feeding thread went to sleep
+    with its GPU (``ASLEEP`` of the time, more than before) and nothing it reads waits on storage.
+
+    Why: a server with no requests sleeps in its event loop, as a training job waiting for its
+    input sleeps on its loader's queue; the job's wait is a fault, the server's is its demand. A
+    server whose capacity is lost while requests wait keeps its threads awake: they wait for a
+    CPU (contention, throttling, weighed before this), or spin on a slower GPU. An independently
+    written fleet's embedding service, whose batch clients come and go, had its replicas' falls
+    to a thin online stream reported as drops (47 of 108 false drops over 12 traces): asleep 75%
+    of the time after, 15% before. Only for a service seen with replicas that exchange no data
+    (``replicated``, the engine's memory of ``replicas``; the replica may be alone for now): the
+    pods of a job spread over nodes wait on their input together, and a lone job is no server."""
+    return (replicated and found is not None and found.cause == "input" and found.asleep and not found.io
+            and 0.0 <= st.pcie_work < COPYING)
+
+
+def replicas(st: GpuState, svc_peers: Sequence[GpuState]) -> bool:
     """Whether the service's pods are replicas that exchange no data: each moved less than ``COPYING``
     over PCIe at work, where that was read. The pods of one job spread over nodes exchange their
     gradients or activations over RDMA, gigabytes a second through PCIe; replicas of a server answer
@@ -498,11 +516,14 @@ def _occupied(st: GpuState, cfg: DetectorConfig) -> bool:
 
 
 def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],
-               svc_peers: Sequence[GpuState], svc_changed: float, pod_unseen: bool = False) -> Finding | None:
+               svc_peers: Sequence[GpuState], svc_changed: float, pod_unseen: bool = False,
+               replicated: bool = False) -> Finding | None:
     """A finding once a fall has lasted its hold (the detector times its own falls: a burst of a
     bursty stall above the end ratio neither ends the fall nor restarts its clock). ``pod_unseen``:
     the GPU's pod has other GPUs at work whose samples are not of this moment (a partition
-    delivered late), so whether the whole pod fell cannot be told: it is held as a pod's fall."""
+    delivered late), so whether the whole pod fell cannot be told: it is held as a pod's fall.
+    ``replicated``: the GPU's service was seen within ``REPLICATED_S`` with replicas that
+    exchange no data (a server's, see ``_awaits_requests``)."""
     lv = st.level
     sm = st.sm
     if sm is None or not st.pids:
@@ -527,7 +548,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             if waited is not None and (found is None or found.cause != "demand"):
                 lv.start_episode(waited, lv.level, "steady", True, lead=ts - waited, waits=True,
                                  fallen=cfg.drop_ratio)
-    elif not _start(st, ts, cfg, _mode(lv, svc_peers), not svc_peers and not pod_peers):
+    elif not _start(st, ts, cfg, _mode(lv, svc_peers), replicated, not svc_peers and not pod_peers):
         return None
     why = _explained(st, cfg)
     if why == "input":
@@ -557,8 +578,10 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             return None  # only this GPU of the pod fell: the straggler detector's case
         pod_wide = True
     found = verdict(st, lv.ep_start, ts)
-    if found is not None and found.cause == "demand":
-        lv.rebase()  # the server completes fewer requests and none wait: the traffic's fall, not the GPU's
+    if found is not None and (found.cause == "demand" or _awaits_requests(st, found, replicated)):
+        # the server completes fewer requests and none wait, or it sleeps waiting for them: the
+        # traffic's fall, not the GPU's
+        lv.rebase()
         return None
     if lv.ep_mode != "steady" and not (found is not None and found.host_side):
         why = _demand_explains(st, ts, cfg, svc_peers, svc_changed)
@@ -569,7 +592,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
             return None
     elif lv.ep_mode == "steady" and svc_peers and not is_open \
             and not (found is not None and found.cause in _CPU_STARVED) \
-            and _replicas(st, svc_peers) and _shared(st, ts, svc_peers, lv.ep_ref - lv.fast):
+            and replicas(st, svc_peers) and _shared(st, ts, svc_peers, lv.ep_ref - lv.fast):
         # a server's replicas that ran flat out (a batch of requests) are "steady" by their behaviour until
         # the batch ends, and then fall together: the service's demand, which a replica waiting for its
         # requests (asleep, as a job waiting for its input is) cannot tell apart. The pods of one job
@@ -745,6 +768,15 @@ def straggler(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[
         # throughput detector's, and a straggler condition held for a sample ended its judgement each
         # time (an independently written fleet: a 4-GPU job's 10-minute input stall went unreported)
         return None
+    lv = st.level
+    if lv.established and sm >= cfg.straggler_ratio * lv.level * _median([p.sm_rel for p in pod_peers]):
+        # below its peers, but as far below its own level as they are below theirs, or nearly: a rank whose
+        # share of the work is lighter (a pipeline stage, an expert with fewer tokens) at its usual offset,
+        # in one of the job's own dips. A straggler slows the job: it falls from its own level, and the
+        # others wait for it. Found on an independently written fleet: ranks of pipeline-parallel and MoE
+        # jobs at 0.79 of their level while their peers were at 0.93 of theirs (12 false stragglers in 12
+        # traces; true slow ranks were at 0.45-0.52 of their level, their peers at 0.8)
+        return _slow_clock(st, ts, cfg, pod_peers, sm, med)
     if sm < cfg.idle_sm and (st.util is None or st.util < 5.0):
         # no kernel at all while the others work: a synchronous job's ranks would be waiting for this
         # one at their next collective (NCCL spinning, SM activity near zero), not working at 0.3 or

@@ -68,6 +68,7 @@ _SW_POWER_CAP = int(ClockEventReason.SW_POWER_CAP)  # a plain int: tested on eve
 _POWER_OR_BRAKE = POWER | BRAKE  # the bits without which throttle.power finds nothing
 EVENT_KINDS: frozenset[AnomalyKind] = frozenset({"xid", "ecc_dbe", "ecc_sbe_rising", general.KIND})
 _SLOW_EVERY = 5.0
+_REPLICAS_EVERY = 30.0
 _PEER_S = 30.0
 
 
@@ -132,6 +133,10 @@ class DetectionEngine:
         self.pods = Groups()
         self.services = Groups()
         self.service_changed: dict[str, float] = {}  # when a replica last joined or restarted
+        # when a service was last seen with replicas that exchange no data (activity.replicas): a server's;
+        # and when that was last looked at
+        self.replicated: dict[str, float] = {}
+        self._replicas_ts: dict[str, float] = {}
         self.records = 0
         # the other collector replicas' GPUs of the services judged here (collector.detect.remote)
         self.remote = Remote(self.gpus, self.services, self.service_changed)
@@ -327,6 +332,18 @@ class DetectionEngine:
         return [p for p in groups.candidates(key, st) if p is not st and -_PEER_S < ts - p.last_ts < _PEER_S
                 and p.pids]
 
+    def _note_replicas(self, st: GpuState, ts: float) -> None:
+        """Whether ``st``'s service has replicas that exchange no data, looked at every ``_REPLICAS_EVERY``
+        seconds per service and remembered (``activity.REPLICATED_S``): a replica left alone for a while
+        by its autoscaler is still a server's."""
+        key = st.service_key
+        if key is None or ts - self._replicas_ts.get(key, -1e18) < _REPLICAS_EVERY:
+            return
+        self._replicas_ts[key] = ts
+        peers = [p for p in self._peers(self.services, key, st, ts) if p.pod_key != st.pod_key]
+        if peers and activity.replicas(st, peers):
+            self.replicated[key] = ts
+
     def _judge(self, st: GpuState, ts: float, m: dict[str, float]) -> list[Change]:
         """Every detector on one record. Why the guards before the calls: a replay judges tens of
         thousands of records a second, and on nearly all of them a detector's own first test
@@ -378,6 +395,7 @@ class DetectionEngine:
                 FREEZE_KINDS.isdisjoint(st.open) and FREEZE_KINDS.isdisjoint(st.pending)))
             lv.update(ts, st.sm, m.get(FB_USED), learn=not frozen)
             st.sm_rel = lv.fast / lv.level if lv.established else 1.0
+            self._note_replicas(st, ts)
         reasons, temp = st.reasons, st.temp
         perf = throttle.thermal(st, cfg) if reasons & THERMAL or (temp is not None and temp >= throttle.HOT_C) \
             else None
@@ -396,8 +414,10 @@ class DetectionEngine:
                 svc_peers = [p for p in self._peers(self.services, svc_key, st, ts) if p.pod_key != st.pod_key]
                 unseen = not pod_peers and st.pod_key is not None and any(
                     p is not st and p.pids for p in self.pods.candidates(st.pod_key, st))
+                replicated = svc_key is not None and ts - self.replicated.get(svc_key, -1e18) < activity.REPLICATED_S
                 perf = activity.throughput(st, ts, cfg, pod_peers, svc_peers,
-                                           self.service_changed.get(svc_key, -1e18) if svc_key else -1e18, unseen)
+                                           self.service_changed.get(svc_key, -1e18) if svc_key else -1e18, unseen,
+                                           replicated)
         else:
             # a more specific explanation holds; a fall it comes in on the way back from (an evaluation that
             # ended into a power cap) is still one of the job's dips

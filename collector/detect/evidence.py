@@ -79,6 +79,7 @@ class Verdict:
     text: str
     since: float = 0.0  # the start of the fall it was weighed for
     asleep: bool = False  # (``input``) the feeding thread sleeps: it waits for its input, not a write
+    io: bool = False  # (``input``) threads blocked on I/O, or the node's I/O pressure rose: storage is slow
 
     @property
     def host_side(self) -> bool:
@@ -146,7 +147,7 @@ class Evidence:
         for check in (self._demand, self._queue, self._throttled, self._contention, self._single_thread, self._input):
             found = check(since, ts, fell)
             if found is not None:
-                return Verdict(found.cause, found.text, since, found.asleep)
+                return Verdict(found.cause, found.text, since, found.asleep, found.io)
         return Verdict("none", "no host-side cause found: the process's CPU, its container's throttling and the "
                                "node's pressure did not change with the fall", since)
 
@@ -234,9 +235,12 @@ class Evidence:
         asleep = now is not None and now >= ASLEEP and (before is None or now >= before + _ROSE)
         if not asleep and not (blocked is not None and blocked >= 1.0):
             return None
+        io_before, io_now = self.windows(k.NODE_PRESSURE_IO_WAITING_RATIO, since, ts)
+        io = (blocked is not None and blocked >= 1.0) or (
+            io_now is not None and io_now >= PRESSURE and (io_before is None or io_now >= io_before + _ROSE))
         parts = [f"the process sleeps {now * 100:.0f}% of the time" if asleep and now is not None
                  else f"{blocked:.0f} threads of the process blocked on I/O"]
         rx_before, rx_now = self.windows(k.PCIE_RX_BYTES, since, ts)
         if rx_before and rx_now is not None and rx_now < 0.5 * rx_before:
             parts.append(f"PCIe receive fell {(1.0 - rx_now / rx_before) * 100:.0f}%")
-        return Verdict("input", f"{' and '.join(parts)} {fell}: waiting on input", asleep=asleep)
+        return Verdict("input", f"{' and '.join(parts)} {fell}: waiting on input", asleep=asleep, io=io)

@@ -20,11 +20,12 @@ a load into an idle process). Work that only ran slower before (a job whose stal
 leak began: the real H200 trace the issue was filed on) was already running. The five-minute
 window judges growth whatever the work does: growth that goes on for minutes is no first step.
 
-Why a young process waits (``CYCLE_S``): in a process's first ten minutes memory grows for
+Why a young job waits (``CYCLE_S``): in a job's first ten minutes of work memory grows for
 reasons a leak does not have: the caching allocator meets new tensor shapes, a cache grows its
 first tooth before it is ever freed, the first evaluation allocates its own. Growth that would
-leave more than ``CRITICAL_TTO_S`` before the GPU runs out is judged once the process has had ten
-minutes, when a cache has shown whether it frees; sooner than that, at once. On an independently
+leave more than ``CRITICAL_TTO_S`` before the GPU runs out is judged once the work has had ten
+minutes (not the process: loading and compiling come first), when a cache has shown whether it
+frees; sooner than that, at once. On an independently
 written fleet 53 of 66 false leaks came in processes' first ten minutes, and no true one did
 (docs/benchmarks.md, round 22).
 """
@@ -32,6 +33,7 @@ written fleet 53 of 66 false leaks came in processes' first ten minutes, and no 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 
 from collector.detect.finding import DetectorConfig, Finding
@@ -57,7 +59,13 @@ CYCLE_S = 600.0  # memory freed and grown back within this long is a cycle of th
 # allocator meeting longer inputs grows in steps too, but ever more rarely: its last quarter is flat
 LONG_S = 1200.0
 COINCIDE_S = 5.0  # growth that began within this of the work under it is allocation for that work
+# ... and growth that began within this of the process's first work (its first steps: activations and
+# optimizer state, up to tens of GiB over half a minute while the steps ramp up; a compiling job's trial
+# kernels before them make the GPU not idle, so COINCIDE_S alone missed it: an independently written
+# fleet's fine-tunes, 14 GiB in 25 s, "out of memory in about 4 min")
+FIRST_WORK_S = 60.0
 WORKING = 0.05  # median SM activity below this: no work under the growth (a load, an idle notebook)
+_WORK_POINTS = 6  # kept points (half a minute) whose median says whether work ran
 URGENT_TTO_S = 7200.0
 CRITICAL_TTO_S = 1800.0  # out of memory sooner than this: a critical finding, not a warning
 
@@ -136,8 +144,8 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
         tto = (total - used) / slope
         if tto > (URGENT_TTO_S if urgent else cfg.leak_horizon_s):
             continue
-        if ts - st.pids_since < CYCLE_S and tto >= CRITICAL_TTO_S:
-            continue  # a young process's growth that leaves half an hour: judged once it has had a cycle
+        if tto >= CRITICAL_TTO_S and ts - _work_began(st, ts) < CYCLE_S:
+            continue  # a young job's growth that leaves half an hour: judged once its work has had a cycle
         causes = [f"framebuffer used grew {growth:.0f} MiB in {points[-1][0] - points[0][0]:.0f} s "
                   f"({slope * 60:.0f} MiB/min, R² {r2:.2f})",
                   f"{used:.0f} of {total:.0f} MiB used; out of memory in about {tto / 60:.0f} min at this rate",
@@ -145,6 +153,21 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
         summary = f"{st.where()}: memory is leaking, out of memory in about {tto / 60:.0f} min"
         return Finding("memory_leak", "critical" if tto < CRITICAL_TTO_S else "warning", FB_USED, summary, causes, 0.0)
     return None
+
+
+def _work_began(st: GpuState, ts: float) -> float:
+    """When the process's work began: the first half-minute of kept points whose median SM activity
+    is ``WORKING`` or more (``ts`` if none; a median, as a compiling job's trial kernels are bursts).
+    A job's memory cycles begin with its work, not its process: a training job that spent seven
+    minutes loading and compiling grew its allocator's first tooth at ten minutes of age and three of
+    work (an independently written fleet: 16 false leaks on 8-GPU pods). The history is the process's
+    own and 20 minutes long, so an older job's work counts as old."""
+    window: deque[tuple[float, float]] = deque(maxlen=_WORK_POINTS)
+    for t, _, sm in st.used_hist:
+        window.append((t, sm))
+        if len(window) == _WORK_POINTS and sorted(x for _, x in window)[_WORK_POINTS // 2] >= WORKING:
+            return window[0][0]
+    return ts
 
 
 def _peak_before(hist: deque[tuple[float, float, float]], start: float) -> float:
@@ -173,5 +196,8 @@ def _allocating(st: GpuState) -> bool:
     work = during[len(during) // 2]
     if work < WORKING:
         return True
+    first = _work_began(st, math.inf)
+    if first <= onset < first + FIRST_WORK_S:
+        return True  # the job's first steps allocate their activations and optimizer state
     began = next((t for t, sm in reversed(samples) if t <= onset and sm < WORKING), None)
     return began is not None and began >= onset - COINCIDE_S - max(0.0, gap - EVERY)

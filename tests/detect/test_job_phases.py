@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collector.detect import Anomaly
 from telemetry.records import GpuRecord
-from tests.detect.helpers import T0, kinds, record, run, trace
+from tests.detect.helpers import T0, TOTAL, kinds, record, run, trace
 
 WORK = {"PROF_PCIE_RX_BYTES": 8e9, "PROF_PCIE_TX_BYTES": 8e9, "PROF_DRAM_ACTIVE": 0.3}
 
@@ -166,3 +166,83 @@ def test_a_pod_whose_every_rank_sleeps_on_its_input_is_judged_as_one_gpus_fall()
     assert len(found) == 4 and all(600 < a.start - T0 <= 600 + 75 for a in found)
     held = _asleep(copy_first=True)
     assert len(held) == 4 and all(a.start - T0 > 600 + 140 for a in held)
+
+
+def _replicas_fall(*, blocked: float = 0.0, service: str = "embed", peer_leaves: bool = False) -> list[Anomaly]:
+    """Two one-GPU replicas of ``service`` on two nodes, at 0.7 (utilisation 95%, 30 MB/s over
+    PCIe, their threads asleep 15% of the time); at 900 s the first falls to 0.12 and its threads
+    sleep 80% of the time (``blocked`` threads blocked on I/O), while the second keeps its level.
+    With ``peer_leaves`` the second's process exits at 600 s: the first is alone when it falls."""
+    from dataclasses import replace as _replace
+
+    from telemetry import keys as k
+
+    def make(t: float, g: int) -> GpuRecord | None:
+        if g == 1 and peer_leaves and t >= 600:
+            return None
+        fallen = g == 0 and t >= 900
+        rec = record(t, g, sm=(0.12 if fallen else 0.7) + 0.01 * ((int(t) * 7 + g) % 3), pid=100 + g,
+                     pod=f"{service}-{g}", service=service, node=f"n{g}", DEV_GPU_UTIL=20 if fallen else 95,
+                     PROF_PCIE_RX_BYTES=3e7, PROF_PCIE_TX_BYTES=3e7)
+        return _replace(rec, metrics={**rec.metrics, k.PROCESS_SLEEPING_RATIO: 0.8 if fallen else 0.15,
+                                      k.PROCESS_BLOCKED_THREADS: blocked if fallen else 0.0,
+                                      k.PROCESS_CPU_CORES: 0.3 if fallen else 1.0})
+    return [a for a in run(trace(1300, 2, make)) if a.kind == "throughput_drop"]
+
+
+def test_a_replica_whose_threads_fall_asleep_with_its_gpu_has_no_requests_and_a_lone_job_waits_on_input() -> None:
+    """A server with no requests sleeps in its event loop: a replica whose GPU and threads fell idle
+    together lost its demand (an embedding service whose batch client stopped: 47 false drops in
+    twelve traces of an independently written fleet), also while it is alone in its service for a
+    while. The same fall with threads blocked on I/O waits on storage, and a job that is no
+    service's replica sleeping on its input is stalled: both are reported."""
+    assert _replicas_fall() == []
+    assert _replicas_fall(peer_leaves=True) == []
+    assert [a.gpu for a in _replicas_fall(blocked=3.0)] == ["GPU-n0-0"]
+    lone = _replicas_fall(service="")
+    assert [a.gpu for a in lone] == ["GPU-n0-0"] and 900 < lone[0].start - T0 <= 900 + 110
+
+
+def test_a_jobs_first_cache_tooth_after_minutes_of_loading_is_judged_by_the_age_of_its_work() -> None:
+    """A training job loads and compiles for seven minutes (no work on the GPU), then works; its
+    allocator grows its first tooth (4 GiB over four minutes) at ten to fourteen minutes of the
+    process's age, three to seven of its work, and frees it (GPU 0): quiet. The same growth going on
+    (GPU 1) is judged once the work is ten minutes old."""
+    def make(t: float, g: int) -> GpuRecord:
+        into = max(0.0, t - 480)
+        grown = into * 17.0 if g == 1 or into < 240 else 0.0
+        return record(t, g, sm=0.0 if t < 420 else 0.8, fb=0.4 * TOTAL + grown)
+    found = run(trace(1150, 2, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-1")]
+    assert 420 + 570 <= found[0].start - T0 <= 420 + 640
+
+
+def test_a_jobs_first_steps_allocating_after_its_compile_bursts_are_no_leak() -> None:
+    """A fine-tune compiles for three minutes (a trial kernel every half minute), then steps; 10 s into
+    them its activations take 14 GiB over 45 s (GPU 0): allocation for the work, quiet, though the
+    trial kernels kept the GPU from looking idle before it. The same growth two minutes into the
+    steps is under running work and fills the GPU within minutes (GPU 1): found at once."""
+    def make(t: float, g: int) -> GpuRecord:
+        steps = t - 300
+        sm = 0.0 if t < 120 else (0.4 if int(t) % 30 == 0 else 0.0) if steps < 0 else 0.6
+        onset = 10 if g == 0 else 120
+        grown = min(max(0.0, steps - onset), 45.0) * 320.0 if g == 0 else max(0.0, steps - onset) * 320.0
+        return record(t, g, sm=sm, fb=0.25 * TOTAL + grown)
+    found = run(trace(520, 2, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-1")]
+    assert 420 < found[0].start - T0 <= 420 + 40
+
+
+def test_a_ranks_lighter_share_in_a_job_wide_dip_is_no_straggler_and_a_slow_rank_is() -> None:
+    """A 4-GPU pipeline-parallel pod: three stages at 0.72, the last at 0.6 (a lighter share). Over
+    600-700 s the job's own dip takes the last to 0.5 and the others to 0.68 (0.74 of their median,
+    but 0.83 of its level against their 0.94): quiet. From 900 s the last one slows to 0.3 (0.5 of its
+    level) and the others wait for it at 0.6 (0.83): a straggler."""
+    def make(t: float, g: int) -> GpuRecord:
+        dip, slow = 600 <= t < 700, t >= 900
+        wobble = 0.005 * ((int(t) * 7 + g) % 3)
+        if g == 3:
+            return record(t, g, sm=(0.3 if slow else 0.5 if dip else 0.6) + wobble, pid=100 + g)
+        return record(t, g, sm=(0.6 if slow else 0.68 if dip else 0.72) + wobble, pid=100 + g)
+    found = [a for a in run(trace(1100, 4, make)) if a.kind == "straggler"]
+    assert [a.gpu for a in found] == ["GPU-n0-3"] and 900 < found[0].start - T0 <= 960
