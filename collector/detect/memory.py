@@ -25,9 +25,8 @@ reasons a leak does not have: the caching allocator meets new tensor shapes, a c
 first tooth before it is ever freed, the first evaluation allocates its own. Growth that would
 leave more than ``CRITICAL_TTO_S`` before the GPU runs out is judged once the work has had ten
 minutes (not the process: loading and compiling come first), when a cache has shown whether it
-frees; sooner than that, at once. On an independently
-written fleet 53 of 66 false leaks came in processes' first ten minutes, and no true one did
-(docs/benchmarks.md, round 22).
+frees; sooner than that, at once. On an independently written fleet 53 of 66 false leaks came in
+processes' first ten minutes, and no true one did (docs/benchmarks.md, rounds 22 and 23).
 """
 
 from __future__ import annotations
