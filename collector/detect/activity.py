@@ -396,7 +396,7 @@ def _awaits_requests(st: GpuState, found: Verdict | None, replicated: bool) -> b
     (``replicated``, the engine's memory of ``replicas``; the replica may be alone for now): the
     pods of a job spread over nodes wait on their input together, and a lone job is no server."""
     return (replicated and found is not None and found.cause == "input" and found.asleep and not found.io
-            and 0.0 <= st.pcie_work < COPYING)
+            and replicas(st, ()))
 
 
 def replicas(st: GpuState, svc_peers: Sequence[GpuState]) -> bool:
