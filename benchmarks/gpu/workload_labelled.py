@@ -383,6 +383,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
            "tools": (("launchcopy", 72.0),),
            "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.0, "burners": 0, "leak_every_s": 2.0,
            "leak_gib": 0.4, "first_every_s": 1.0, "first_gib": 0.5, "launch_batch": 1500, "launch_copy_mib": 8},
+    # "ae": the thirtieth run, written in the twenty-eighth session (2026-12-07) before any detector saw
+    # it and scored once when recorded, at the agent's own intervals, with that session's detectors as it
+    # began: a job whose steps vary in work (each step's GPU work drawn between 0.6 and 1.4 of its mean:
+    # sequences of varying length), a 14-s evaluation, a slow drift on that noisy job (each step waits
+    # longer for 80 s, then holds at 1.6 steps' wait), 10 CPU burners, a leak of 0.35 GiB every 2 s; then
+    # a new process serving at a demand that steps down and stays down (80% busy for 25 s, then 30% for
+    # 45 s: a demand change, normal for a lone server) and launch-bound work with 1,000 tiny kernels per sync
+    "ae": {"train": (("train", 30.0), ("eval", 14.0), ("train", 25.0), ("drift", 100.0), ("train", 25.0),
+                     ("contention", 60.0), ("train", 20.0), ("leak", 40.0)),
+           "tools": (("servestep", 70.0), ("launch", 60.0)),
+           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.0, "burners": 10, "leak_every_s": 2.0,
+           "leak_gib": 0.35, "drift_steps": 1.6, "drift_ramp_s": 80.0, "step_noise": 0.4,
+           "serve_high": 0.8, "serve_low": 0.3, "serve_step_s": 25.0, "launch_batch": 1000},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -443,6 +456,10 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
     burners: list[subprocess.Popen[bytes]] = []
     # a hang of several kernels at once (variant r): one stream each; none made for one (q's path)
     streams = [torch.cuda.Stream() for _ in range(V.get("hang_streams", 1))] if V.get("hang_streams", 1) > 1 else []
+    def noisy(m: int) -> int:  # a step's work varies (variant ae: sequences of varying length)
+        spread = V.get("step_noise", 0.0)
+        return max(1, round(m * rng.uniform(1 - spread, 1 + spread))) if spread else m
+
     for phase, seconds in phases:
         mark(marks, phase)
         began = time.time()
@@ -464,7 +481,7 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 gpu_work(prepare(), matmuls)
                 time.sleep(V["stall_steps"] * step_s)
             elif phase == "drift":  # each step waits a little longer (a growing input backlog), then holds
-                gpu_work(prepare(), matmuls)
+                gpu_work(prepare(), noisy(matmuls))
                 grown = min(1.0, (time.time() - began) / (V["drift_ramp_s"] * SCALE))
                 time.sleep(V["drift_steps"] * grown * step_s)
             elif phase == "h2d":  # the batch arrives as an unpinned host tensor: a pageable copy per step
@@ -514,7 +531,7 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                 if phase == "leak" and time.time() >= grow_at:
                     kept.append(torch.ones(int(V["leak_gib"] * GIB), dtype=torch.uint8, device=dev))
                     grow_at += V["leak_every_s"]
-                gpu_work(prepare(), matmuls)
+                gpu_work(prepare(), noisy(matmuls))
         for b in burners:
             b.wait()
         burners = []
@@ -543,6 +560,13 @@ def _tools(marks: Path) -> None:
                 t = time.time() - begin
                 rate = 0.45 + 0.35 * math.sin(2 * math.pi * t / V["serve_period_s"]) + (0.3 if 18 <= t < 22 else 0.0)
                 busy = time.time() + 0.09 * max(0.05, min(1.0, rate))
+                while time.time() < busy:
+                    torch.tanh(q @ w)
+                    torch.cuda.synchronize()
+                time.sleep(max(0.0, 0.1 - 0.09 * rate))
+            elif phase == "servestep":  # demand steps down and stays down: busy for rate x 90 ms of 100 ms
+                rate = V["serve_high"] if time.time() - begin < V["serve_step_s"] else V["serve_low"]
+                busy = time.time() + 0.09 * rate
                 while time.time() < busy:
                     torch.tanh(q @ w)
                     torch.cuda.synchronize()
