@@ -126,6 +126,13 @@ INPUT_COPY_S = 60.0
 # from pageable host memory) at 8% and 16%
 INPUT_WORK = 0.05
 _DUTY_BACK_S = (60.0, 45.0, DUTY_S + 2.0)  # how far back a lone GPU's bursts between waits are looked for
+# a "level" whose blocks' samples vary more than their mean holds idle seconds: it is bursts, not work at a
+# level, and a job cannot be found waiting between bursts at it. Such is a job still loading and compiling,
+# whose autotuning runs a kernel for a second every few seconds (the independent fleet's LoRA fine-tunes,
+# 2-3 minutes old: single samples at 0.2-0.7 among idle ones, a per-sample variation of 140-220%, each
+# lull reported as a loader that could not keep up). A noisy job at work varies by 15-20%, a duty-cycled
+# block of three busy seconds in five by 80%
+BURSTS = 1.0
 
 
 def _median(values: list[float]) -> float:
@@ -179,9 +186,9 @@ def _young(st: GpuState, ts: float, lone: bool, fallen: float) -> bool:
     idle waits for 30 s (``ActivityLevel.duty_cycled``: a job whose input cannot keep up, the real
     H200 traces j and m, whose host showed no cause: its loader sleeps while it reads), or when
     host-to-device copies went on for ``INPUT_COPY_S`` (its input over PCIe). Judged from when it
-    left that level, on the evidence since then."""
+    left that level, on the evidence since then. A level of bursts (``BURSTS``) is none."""
     lv = st.level
-    if not lone or lv.plateau_blocks == 0 or st.evidence.serves():
+    if not lone or lv.plateau_blocks == 0 or lv.noise > BURSTS or st.evidence.serves():
         return False
     ref = lv.high_within(ts, _YOUNG_S)
     if ref < 2 * IDLE or lv.fast >= DUTY_MEAN * ref:
@@ -262,7 +269,8 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, replicated: 
         if found is not None and found.host_side and not _awaits_requests(st, found, replicated):
             lv.start_episode(since, ref, "steady", since > ts - _STEP_S, lead=ts - since, fallen=cfg.drop_ratio)
             return True
-        if mode == "unsure" and lone and (found is None or found.cause != "demand") and not st.evidence.serves():
+        if mode == "unsure" and lone and (found is None or found.cause != "demand") and not st.evidence.serves() \
+                and lv.noise <= BURSTS:
             waited = _duty_since(lv, ts, ref)
             if waited is not None:
                 lv.start_episode(waited, ref, "steady", True, lead=ts - waited, waits=True, fallen=cfg.drop_ratio)

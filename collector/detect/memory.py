@@ -65,6 +65,7 @@ COINCIDE_S = 5.0  # growth that began within this of the work under it is alloca
 FIRST_WORK_S = 60.0
 WORKING = 0.05  # median SM activity below this: no work under the growth (a load, an idle notebook)
 _WORK_POINTS = 6  # kept points (half a minute) whose median says whether work ran
+_IDLE_POINTS = 2  # ... of which this many may read less: most of them must read work
 URGENT_TTO_S = 7200.0
 CRITICAL_TTO_S = 1800.0  # out of memory sooner than this: a critical finding, not a warning
 
@@ -155,16 +156,20 @@ def leak(st: GpuState, ts: float, used: float | None, total: float, cfg: Detecto
 
 
 def _work_began(st: GpuState, ts: float) -> float:
-    """When the process's work began: the first half-minute of kept points whose median SM activity
-    is ``WORKING`` or more (``ts`` if none; a median, as a compiling job's trial kernels are bursts).
-    A job's memory cycles begin with its work, not its process: a training job that spent seven
-    minutes loading and compiling grew its allocator's first tooth at ten minutes of age and three of
-    work (an independently written fleet: 16 false leaks on 8-GPU pods). The history is the process's
-    own and 20 minutes long, so an older job's work counts as old."""
+    """When the process's work began: the first half-minute of kept points most of which (four of six)
+    read SM activity of ``WORKING`` or more (``ts`` if none; most, not all, as a young job's first
+    steps share their half-minute with its start-up). A job's memory cycles begin with its work, not
+    its process: a training job that spent seven minutes loading and compiling grew its allocator's
+    first tooth at ten minutes of age and three of work (an independently written fleet: 16 false
+    leaks on 8-GPU pods). A compile's trial kernels come as single samples among idle ones, at most
+    every other one, and are no start of work: an 8-GPU job whose compile read 0.41, 0, 0.57, 0, 0.62
+    and then idled four minutes grew its steps' last 0.8 GiB while they ramped up, 60-90 s into its
+    work (the same fleet: 8 false leaks, judged from the compile when half of the points sufficed).
+    The history is the process's own and 20 minutes long, so an older job's work counts as old."""
     window: deque[tuple[float, float]] = deque(maxlen=_WORK_POINTS)
     for t, _, sm in st.used_hist:
         window.append((t, sm))
-        if len(window) == _WORK_POINTS and sorted(x for _, x in window)[_WORK_POINTS // 2] >= WORKING:
+        if len(window) == _WORK_POINTS and sorted(x for _, x in window)[_IDLE_POINTS] >= WORKING:
             return window[0][0]
     return ts
 

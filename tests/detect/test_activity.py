@@ -294,6 +294,22 @@ def test_a_young_replica_whose_activity_moves_with_its_requests_is_quiet() -> No
     assert _young_then(lambda s: 0.9 if s % 6 < 5 else 0.0) == []
 
 
+def test_a_young_job_still_compiling_in_one_second_bursts_is_no_loader_that_falls_behind() -> None:
+    """A LoRA fine-tune's first minutes: loading and compiling, its autotuning running a kernel for a
+    second every few seconds (0.2-0.7 among idle samples). Its "level" is the mean of blocks of such
+    bursts, whose samples vary by 150% and more: no work at a level. Each lull was reported as a
+    loader that could not keep up (the independent fleet). The job that worked at its level first
+    and then waits between bursts is still found (above)."""
+    heights = (0.27, 0.5, 0.73, 0.2, 0.35, 0.61, 0.64, 0.53, 0.41)
+
+    def make(t: float, g: int) -> GpuRecord:
+        s = int(t)
+        bursts = s < 240 and (s % 11 in (0, 4) or s % 17 == 0)  # sparse, irregular bursts of one sample
+        sm = heights[s % 9] if bursts else 0.0 if s < 240 else 0.7 + 0.01 * math.sin(t)
+        return record(t, g, sm=sm, pod="", DEV_GPU_UTIL=97 if sm else 0)
+    assert run(trace(600, 1, make)) == []
+
+
 def _unsure_then(after: Callable[[int], float]) -> list[Anomaly]:
     """A lone job (no pod) whose plateau is too noisy for the steady hints (per-sample variation
     about 18%, above ``NOISY``): after four minutes its level is established but its kind is not

@@ -233,7 +233,23 @@ def test_a_jobs_first_steps_allocating_after_its_compile_bursts_are_no_leak() ->
     assert 420 < found[0].start - T0 <= 420 + 40
 
 
-def test_a_ranks_lighter_share_in_a_job_wide_dip_is_no_straggler_and_a_slow_rank_is() -> None:
+def test_a_compiles_burst_of_trial_kernels_is_no_start_of_work_for_the_steps_that_ramp_up_later() -> None:
+    """A pretraining rank: idle, then a compile whose trial kernels read as single samples every other
+    one for half a minute, then four more minutes idle; its steps begin at 600 s, allocate 23 GiB in
+    45 s and then 0.8 GiB more over 90 s while they ramp up from 0.45 to 0.77 (GPU 0): allocation
+    for its first work, quiet. It was judged from the compile, six minutes before, as a job with work
+    under the growth. The same slow growth going on under steady work (GPU 1) is found."""
+    def make(t: float, g: int) -> GpuRecord:
+        s = int(t)
+        if s < 600:
+            sm = 0.5 if 330 <= s < 360 and s % 10 < 5 else 0.0
+            fb = 0.76 * TOTAL
+        else:
+            sm = min(0.77, 0.45 + 0.32 * (t - 600) / 120)
+            fb = 0.76 * TOTAL + min(45.0, t - 600) * 520.0 + max(0.0, min(t - 645, 90.0 if g == 0 else 1e9)) * 9.0
+        return record(t, g, sm=sm, fb=fb, pid=100 + g)
+    found = run(trace(1400, 2, make))
+    assert kinds(found) == [("memory_leak", "GPU-n0-1")]
     """A 4-GPU pipeline-parallel pod: three stages at 0.72, the last at 0.6 (a lighter share). Over
     600-700 s the job's own dip takes the last to 0.5 and the others to 0.68 (0.74 of their median,
     but 0.83 of its level against their 0.94): quiet. From 900 s the last one slows to 0.3 (0.5 of its
