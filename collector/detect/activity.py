@@ -131,7 +131,7 @@ _DUTY_BACK_S = (60.0, 45.0, DUTY_S + 2.0)  # how far back a lone GPU's bursts be
 # whose autotuning runs a kernel for a second every few seconds (the independent fleet's LoRA fine-tunes,
 # 2-3 minutes old: single samples at 0.2-0.7 among idle ones, a per-sample variation of 140-220%, each
 # lull reported as a loader that could not keep up). A noisy job at work varies by 15-20%, a duty-cycled
-# block of three busy seconds in five by 80%
+# block of three busy seconds in five by 90%
 BURSTS = 1.0
 
 
