@@ -715,6 +715,10 @@ def _finding(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[G
         if lv.steady:
             causes.append(f"a steady workload: on its plateau {lv.plateau_s / 60:.0f} min of the last "
                           f"{len(lv.blocks) * lv.block_s / 60:.0f} min of work, so a sustained fall is lost throughput")
+        elif lv.ep_waits and not (lv.tight or lv.calm):
+            # judged by its bursts (``_young``, ``_duty_since``), not by a plateau it was never seen to hold
+            causes.append("a job, not a server: no request figures and no peer replicas, and its work came in "
+                          "bursts at its level between idle waits, as a job's whose input cannot keep up does")
         else:
             # a block of one sample (an agent sampling every 5 s or more) has no variation to measure
             variation = (f"per-sample variation {lv.noise * 100:.0f}%" if lv.noise > 0 else

@@ -280,6 +280,8 @@ def test_a_young_job_that_works_in_bursts_between_waits_is_found() -> None:
     found = _young_then(lambda s: 0.9 if s % 6 < 3 else 0.0)
     assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
     assert 35 < found[0].start - T0 <= 35 + 90
+    text = " / ".join(found[0].causes)
+    assert "bursts at its level between idle waits" in text and "tight plateau" not in text  # what was seen
 
 
 def test_a_young_replica_whose_activity_moves_with_its_requests_is_quiet() -> None:
