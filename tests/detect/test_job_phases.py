@@ -250,6 +250,9 @@ def test_a_compiles_burst_of_trial_kernels_is_no_start_of_work_for_the_steps_tha
         return record(t, g, sm=sm, fb=fb, pid=100 + g)
     found = run(trace(1400, 2, make))
     assert kinds(found) == [("memory_leak", "GPU-n0-1")]
+
+
+def test_a_ranks_lighter_share_in_a_job_wide_dip_is_no_straggler_and_a_slow_rank_is() -> None:
     """A 4-GPU pipeline-parallel pod: three stages at 0.72, the last at 0.6 (a lighter share). Over
     600-700 s the job's own dip takes the last to 0.5 and the others to 0.68 (0.74 of their median,
     but 0.83 of its level against their 0.94): quiet. From 900 s the last one slows to 0.3 (0.5 of its
