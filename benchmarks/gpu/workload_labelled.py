@@ -556,17 +556,14 @@ def _tools(marks: Path) -> None:
             big = torch.ones(8 * GIB, dtype=torch.bfloat16, device=dev)
         tiny = torch.zeros(1, device=dev)
         while time.time() < end:
-            if phase == "serve":  # requests at a varying rate: busy for rate x 90 ms of every 100 ms
+            if phase in ("serve", "servestep"):  # requests at a rate: busy for rate x 90 ms of every 100 ms
                 t = time.time() - begin
-                rate = 0.45 + 0.35 * math.sin(2 * math.pi * t / V["serve_period_s"]) + (0.3 if 18 <= t < 22 else 0.0)
+                if phase == "serve":  # a wave with a burst
+                    wave = math.sin(2 * math.pi * t / V["serve_period_s"])
+                    rate = 0.45 + 0.35 * wave + (0.3 if 18 <= t < 22 else 0.0)
+                else:  # demand steps down and stays down
+                    rate = V["serve_high"] if t < V["serve_step_s"] else V["serve_low"]
                 busy = time.time() + 0.09 * max(0.05, min(1.0, rate))
-                while time.time() < busy:
-                    torch.tanh(q @ w)
-                    torch.cuda.synchronize()
-                time.sleep(max(0.0, 0.1 - 0.09 * rate))
-            elif phase == "servestep":  # demand steps down and stays down: busy for rate x 90 ms of 100 ms
-                rate = V["serve_high"] if time.time() - begin < V["serve_step_s"] else V["serve_low"]
-                busy = time.time() + 0.09 * rate
                 while time.time() < busy:
                     torch.tanh(q @ w)
                     torch.cuda.synchronize()
