@@ -14,7 +14,7 @@ Format (see collector/alerting/default_rules.yaml)::
       metrics:                                 # the general-purpose detector, per metric
         DCGM_FI_DEV_MEMORY_TEMP: {min_change: 5, threshold: 0.9}
         DCGM_FI_DEV_POWER_USAGE: off           # a default metric, not watched
-        DCGM_FI_DEV_ENC_UTIL: {range: [0, 100], every: 1m, at_plateau: false}
+        DCGM_FI_DEV_ENC_UTIL: {range: [0, 100], every: 1m, at_plateau: false, direction: both}
     channels:
       pager: {type: pagerduty, routing_key_env: GPUWATCH_PAGERDUTY_KEY}
       chat:  {type: slack, url_file: /run/secrets/slack-webhook}
@@ -251,7 +251,8 @@ def _detectors(spec: Any, out: RuleSet, path: str, line: int) -> None:
             out.errors.append(RuleError(path, line, f"detectors.idle_after: {exc}"))
 
 
-_METRIC_KEYS = {"range", "every", "threshold", "probation", "min_change", "at_plateau", _LINE}
+_METRIC_KEYS = {"range", "every", "threshold", "probation", "min_change", "at_plateau", "direction", _LINE}
+_DIRECTIONS = ("up", "down", "both")
 
 
 def _metrics(spec: Any, out: RuleSet, path: str, line: int) -> tuple[MetricSpec, ...]:
@@ -322,6 +323,10 @@ def _metric(name: str, value: Any, base: MetricSpec | None) -> MetricSpec:
         if not isinstance(value["at_plateau"], bool):
             raise ValueError("at_plateau must be true or false")
         changes["at_plateau"] = value["at_plateau"]
+    if "direction" in value:
+        if value["direction"] not in _DIRECTIONS:
+            raise ValueError("direction must be up, down or both")
+        changes["direction"] = value["direction"]
     if base is None:
         return MetricSpec(name, changes.pop("lo"), changes.pop("hi"), **changes)
     return replace(base, **changes)

@@ -7,6 +7,7 @@ only the engine decides, from how long it has held, whether that is an anomaly y
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from collector.detect.anomaly import AnomalyKind, Severity
 from telemetry.keys import DRAM_ACTIVE, INFERENCE_QUEUE_SECONDS, INFERENCE_TTFT_SECONDS, MEMORY_TEMP, POWER_USAGE
@@ -22,6 +23,9 @@ class Finding:
     hold: float = 0.0  # seconds the condition must persist before it opens an anomaly
 
 
+Direction = Literal["up", "down", "both"]
+
+
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """One metric watched by the general-purpose detector (collector/detect/general.py)."""
@@ -34,16 +38,24 @@ class MetricSpec:
     probation_s: float = 1800.0  # learned first (minutes at work, outside other anomalies), never judged
     at_plateau: bool = True  # only samples of a steady workload at its working level (the same load)
     min_change: float = 0.0  # and only a value at least this far outside the range seen so far
+    direction: Direction = "both"  # which side of that range is news: "up", "down" or "both"
 
 
+# Power, temperatures and latencies are reported only above what was seen ("up"). Below it is no
+# fault of the GPU: "the same load" is a band (a plateau's samples within 15% of its level), and a job
+# that resumes 12% slower after a checkpoint draws 10% less power; a GPU back at work after a pause
+# runs cooler for minutes while its heatsink and HBM warm up again (an independently written fleet:
+# 12 of the general detector's findings on 12 traces, all false, were power or HBM temperature below
+# the range, 7 of them one 8-GPU pod's after its checkpoint; none was above it). Memory bandwidth
+# moves either way with the mix of work, so both sides of it are news.
 DEFAULT_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec(POWER_USAGE, 0.0, 1000.0, min_change=50.0),
-    MetricSpec(MEMORY_TEMP, 0.0, 110.0, min_change=5.0),
+    MetricSpec(POWER_USAGE, 0.0, 1000.0, min_change=50.0, direction="up"),
+    MetricSpec(MEMORY_TEMP, 0.0, 110.0, min_change=5.0, direction="up"),
     MetricSpec(DRAM_ACTIVE, 0.0, 1.0, min_change=0.1),
     # an inference server's own latencies (issue 14's scrape): a serving workload moves with its
     # traffic, so all its samples count, and only a second beyond the worst it has shown is news
-    MetricSpec(INFERENCE_TTFT_SECONDS, 0.0, 10.0, at_plateau=False, min_change=1.0),
-    MetricSpec(INFERENCE_QUEUE_SECONDS, 0.0, 10.0, at_plateau=False, min_change=0.5),
+    MetricSpec(INFERENCE_TTFT_SECONDS, 0.0, 10.0, at_plateau=False, min_change=1.0, direction="up"),
+    MetricSpec(INFERENCE_QUEUE_SECONDS, 0.0, 10.0, at_plateau=False, min_change=0.5, direction="up"),
 )
 
 

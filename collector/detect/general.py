@@ -22,7 +22,8 @@ What keeps it quiet where that knowledge is not news:
 * it reports an onset only when the detector's score reaches ``threshold`` and the value
   lies at least ``min_change`` outside the range this workload showed until ``RANGE_LAG_S``
   ago (a 0.5 °C "never seen" is statistics, not news, and a slow creep is judged against
-  where it began);
+  where it began), on the side its ``direction`` names (power, temperatures and latencies only
+  above it: below it they are no fault, finding.py says why);
 * between minutes, the last minute of samples (a sliding minute) is asked only the part of the
   score that needs no context, how far beyond everything seen it lies: an excursion that is
   already far outside is reported then, not when its first whole minute closes (:func:`_sliding`);
@@ -116,8 +117,7 @@ def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[Met
                 w.det.update(mean)
                 score = w.det.raw  # the engine's hysteresis makes one anomaly of a run of high scores
             seen = (w.low, w.high)
-            outside = mean > w.high + spec.min_change or mean < w.low - spec.min_change
-            if score >= spec.threshold and outside and found is None:
+            if score >= spec.threshold and _outside(spec, mean, w) and found is None:
                 found = _finding(st, spec, mean, score, seen)
             if score < spec.threshold and own is None:  # the range of what was normal: an excursion
                 w.widen(ts, mean)  # (or what is judged while one is open) does not widen it
@@ -127,6 +127,13 @@ def observe(st: GpuState, ts: float, metrics: dict[str, float], specs: tuple[Met
         if own is None and found is None:
             found = _sliding(st, w)
     return found
+
+
+def _outside(spec: MetricSpec, mean: float, w: Watch) -> bool:
+    """Whether ``mean`` lies ``min_change`` beyond the range seen, on a side that is news (``direction``)."""
+    if mean > w.high + spec.min_change:
+        return spec.direction != "down"
+    return mean < w.low - spec.min_change and spec.direction != "up"
 
 
 def _sliding(st: GpuState, w: Watch) -> Finding | None:
@@ -143,7 +150,7 @@ def _sliding(st: GpuState, w: Watch) -> Finding | None:
         return None
     spec = w.spec
     mean = sum(recent) / len(recent)
-    if not (mean > w.high + spec.min_change or mean < w.low - spec.min_change):
+    if not _outside(spec, mean, w):
         return None
     score = w.det.novelty(mean)
     return _finding(st, spec, mean, score, (w.low, w.high)) if score >= spec.threshold else None

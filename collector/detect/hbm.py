@@ -6,10 +6,23 @@ memory's). On 32 real traces (H100 and H200: idle, training, serving, stalls, la
 and memory-bound phases, benchmarks/data) HBM minus die ranged over up to 24 °C within one
 trace, so a rule on the temperature or on the difference either fires on a memory-bound phase
 or misses a cooling fault. Fitted as ``a + b * die + c * DRAM activity`` (in one pass over each
-trace) they leave a residual of 0.7-1.4 °C (SD). Fitted as here, online and with the minute's
-change of the die and the traffic (the HBM lags behind the die: its time constant is longer),
-the residual's one-minute mean never exceeded 2.6 °C once the fit had two minutes of samples
-(3.8 °C without the change terms; benchmarks/hbm_residual.py, docs/benchmarks.md, round 22).
+trace) they leave a residual of 0.7-1.4 °C (SD). Fitted as here, online and with how far the die and
+the traffic are from their own recent past (the HBM lags behind the die: its time constant is
+longer), the residual's one-minute mean never exceeded 2.6 °C once the fit had two minutes of
+samples (3.8 °C without the lag terms; benchmarks/hbm_residual.py, docs/benchmarks.md, rounds 22
+and 25).
+
+Why the lag terms are distances from exponential means, not changes over a minute: HBM that lags
+behind its load is a first-order system, and what it still owes is the load's distance from the
+exponential mean of its past at the HBM's time constant. A change over the last minute forgets a
+load change two minutes old that the HBM has not caught up with (an independently written fleet
+whose stacks settle in about 90 s: an hour after a job ended, its die at 31 °C for two minutes,
+its HBM still 8 °C warm and cooling), and takes a short pause's way back up for a cold start (a
+30-s dip cooled the die 25 °C but the HBM 15 °C; back at work, the die's 12 °C climb over the
+minute put the HBM 8 °C lower than it was). One time constant (``TAU``), a minute: the real H100
+and H200 traces' HBM settles within 15-30 s, that fleet's in about 90 s, and the fit's weights scale
+the lag. Two (30 s and 120 s, seven terms) fitted the traces it was tried on better and fresh ones
+worse: a young fit with more terms is wrong more often at loads it knows little of.
 What makes HBM run hotter than that at the same die temperature and traffic is its own
 cooling: a cold plate losing contact over the stacks, a pump or a fan failing on that side,
 a stack degrading. It is reported when the residual's one-minute mean reaches ``HOT_C``,
@@ -31,6 +44,7 @@ again. It judges nothing before it has learned from ``WARM`` samples and followe
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -50,8 +64,9 @@ WARM: Final = 90  # samples (15 minutes) the fit learns from before it is truste
 LEARN_C: Final = 3.0  # samples this far above the prediction or more are not learned from
 HOT_C: Final = 8.0  # a one-minute mean residual of this many °C: HBM runs hot
 WINDOW_S: Final = 60.0
-LAG_S: Final = 60.0  # the die's and the traffic's change over this long: how far the HBM lags behind them
+TAU: Final = 60.0  # seconds: the time constant of the lag the fit carries (HBM behind its load)
 RELEARN_S: Final = 1800.0
+DRAM_STALE_S: Final = 60.0  # a DRAM activity reading stands for the samples without one this long
 NEW_DIE_C: Final = 5.0  # a die this much beyond the temperatures learned from is a load not seen yet ...
 NEW_DRAM: Final = 0.1  # ... and so is DRAM activity this far beyond
 NEW_LEARN_S: Final = 300.0  # a load not seen yet is learned for this long (several HBM time constants)
@@ -66,10 +81,10 @@ def _prior() -> list[float]:
 
 @dataclass(slots=True)
 class HbmFit:
-    """One GPU's fit of HBM temperature on [1, die temperature, DRAM activity, and the change of
-    each over the last minute]: the HBM heats and cools more slowly than the die (its time constant
-    is longer), so while the load moves it lags behind what the same die temperature and traffic
-    put it at in the steady state; the change terms carry that lag."""
+    """One GPU's fit of HBM temperature on [1, die temperature, DRAM activity, and each one's
+    distance from its exponential mean at ``TAU``]: the HBM heats and cools more slowly than the
+    die (its time constant is longer), so while the load moves it lags behind what the same die
+    temperature and traffic put it at in the steady state; the lag terms carry that."""
 
     w: list[float] = field(default_factory=lambda: [0.0, 1.0, 0.0, 0.0, 0.0])
     p: list[float] = field(default_factory=_prior)
@@ -78,9 +93,13 @@ class HbmFit:
     last_ts: float = -1e18
     hot_since: float = -1.0
     residuals: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=32))
-    past: deque[tuple[float, float, float]] = field(default_factory=lambda: deque(maxlen=32))  # (ts, die, dram)
+    die_mean: float | None = None  # the die's and DRAM activity's exponential means at TAU
+    dram_mean: float = 0.0
+    means_ts: float = -1e18
     finding: Finding | None = None
     novel_until: float = -1e18  # learning a load not seen before until then
+    dram_last: float | None = None  # the last DRAM activity read, and when
+    dram_ts: float = -1e18
     die_lo: float = float("inf")  # the range of die temperature and DRAM activity learned from
     die_hi: float = float("-inf")
     dram_lo: float = float("inf")
@@ -99,7 +118,7 @@ class HbmFit:
 
     def learn(self, x: tuple[float, ...], mem: float) -> None:
         """One step of recursive least squares with forgetting (written out for five terms: the
-        engine runs it every five seconds for every GPU)."""
+        engine runs it every ten seconds for every GPU)."""
         p = self.p
         x0, x1, x2, x3, x4 = x
         px = [p[i] * x0 + p[i + 1] * x1 + p[i + 2] * x2 + p[i + 3] * x3 + p[i + 4] * x4 for i in range(0, 25, 5)]
@@ -126,12 +145,13 @@ class HbmFit:
                                    and self.dram_lo - NEW_DRAM <= dram <= self.dram_hi + NEW_DRAM)
 
     def regressors(self, ts: float, die: float, dram: float) -> tuple[float, ...]:
-        past = self.past
-        past.append((ts, die, dram))
-        while len(past) > 1 and ts - past[1][0] >= LAG_S:
-            past.popleft()
-        _, die0, dram0 = past[0]
-        return (1.0, die, dram, die - die0, dram - dram0)
+        if self.die_mean is None:
+            self.die_mean, self.dram_mean = die, dram
+        a = 1.0 - math.exp(-max(0.0, ts - self.means_ts) / TAU)
+        self.means_ts = ts
+        self.die_mean += a * (die - self.die_mean)
+        self.dram_mean += a * (dram - self.dram_mean)
+        return (1.0, die, dram, die - self.die_mean, dram - self.dram_mean)
 
 
 def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
@@ -144,7 +164,17 @@ def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
     if mem is None or die is None:
         fit.finding = None
         return None
-    d = dram or 0.0
+    if dram is not None:
+        fit.dram_last, fit.dram_ts = dram, ts
+    elif fit.dram_last is not None:
+        # a sample without DRAM activity (profiling read less often than temperatures, or the first
+        # sample after a gap) is no sample without traffic: read as zero, a memory-bound job's HBM
+        # was 10 °C "hot" for the one sample after an 87-s gap (an independently written fleet).
+        # The last reading stands for a while; past that the fit cannot say what the HBM should be
+        if ts - fit.dram_ts > DRAM_STALE_S:
+            return fit.finding
+        dram = fit.dram_last
+    d = dram or 0.0  # (never read at all: a GPU without the reading, whose fit has no DRAM term to use)
     x = fit.regressors(ts, die, d)
     res = mem - fit.predict(x)
     fit.residuals.append((ts, res))
@@ -158,9 +188,12 @@ def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
         # a load the fit never learned from (a memory-bound phase on a GPU that only ever ran lighter
         # work) is extrapolated, and the fit's slopes are not the GPU's there: it is learned for
         # NEW_LEARN_S (the HBM settling at it too), not judged (an independently written fleet's GPUs
-        # idle for 20 minutes, then a batch at DRAM activity 0.25, then one at 0.87: 8 °C "hot")
+        # idle for 20 minutes, then a batch at DRAM activity 0.25, then one at 0.87: 8 °C "hot"); and
+        # then until it follows the GPU again, as a fit does at its start: HBM still settling when
+        # NEW_LEARN_S ended left a fit 3 °C low, which then learned nothing more (a sample that far
+        # above it is an excursion) and called a batch job's steady HBM 12 °C hot 15 minutes later
         fit.learn(x, mem)
-        fit.hot_since, fit.finding = -1.0, None
+        fit.hot_since, fit.finding, fit.armed = -1.0, None, False
         return None
     if not fit.armed:
         # a fit begun in one phase is wrong in the next for a while (learned on a job's warm-up, whose
@@ -184,8 +217,8 @@ def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
     causes = [f"HBM {mem:.0f} °C where its die at {die:.0f} °C and DRAM activity {d:.2f} put it at about "
               f"{expected:.0f} °C: {mean:.1f} °C hotter over the last minute",
               f"fitted on this GPU's own samples (HBM = {fit.w[0]:.1f} + {fit.w[1]:.2f} x die + "
-              f"{fit.w[2]:.1f} x DRAM activity, and their changes over the last minute); real GPUs stay "
-              "within 3 °C of such a fit",
+              f"{fit.w[2]:.1f} x DRAM activity, and how far each is from its own last minutes); real GPUs "
+              "stay within 3 °C of such a fit",
               "the HBM stacks' own cooling (cold-plate contact, a pump or fan on that side) or a degrading stack"]
     fit.finding = Finding(KIND, "warning", MEMORY_TEMP, f"{st.where()}: HBM runs {mean:.0f} °C hotter than its die "
                           f"and memory traffic explain ({mem:.0f} °C)", causes, 0.0)

@@ -29,6 +29,28 @@ def test_a_hotter_hbm_at_the_same_load_is_reported_and_checkpoints_are_not() -> 
     assert "C; this workload's so far at its working level 74." in a.causes[0]
 
 
+def test_a_gpu_that_resumes_cooler_and_slower_after_a_checkpoint_is_no_news() -> None:
+    """An independently written fleet's false findings: an 8-GPU pod back at work after a
+    checkpoint ran 10% slower (still on its plateau), drawing 60 W less, and its HBM, cooled during
+    the pause, took minutes to warm up again: both below anything the job showed at work, each
+    reported as "behaves unlike before". Power and temperatures are news only above what was seen
+    (``direction: up``); an operator who wants the other side asks for it."""
+    def make(t: float, g: int):  # type: ignore[no-untyped-def]
+        sm, power, mem_temp = 0.92, 650.0 + (t % 7), 74.0 + (t % 7) / 7
+        if 3000 <= t < 3040:
+            sm, power, mem_temp = 0.02, 120.0, 50.0  # the checkpoint: the GPU idles, its HBM cools
+        elif t >= 3040:
+            warm = min(1.0, (t - 3040) / 600)
+            sm, power, mem_temp = 0.83, 580.0 + (t % 7), 60.0 + 14.0 * warm + (t % 7) / 7
+        return record(t, g, sm=sm, pod="", DEV_MEMORY_TEMP=mem_temp, DEV_POWER_USAGE=power, DEV_GPU_UTIL=100 * sm)
+    engine = DetectionEngine()
+    assert [ch for rec in trace(4200, 1, make) for ch in engine.feed(rec) if ch.action == "open"] == []
+    both = tuple(replace(m, direction="both") for m in DEFAULT_METRICS)
+    engine = DetectionEngine(DetectorConfig(metrics=both))
+    found = [ch.anomaly for rec in trace(4200, 1, make) for ch in engine.feed(rec) if ch.action == "open"]
+    assert [a.kind for a in found] == ["metric_anomaly"] and 3040 < found[0].start - T0 <= 3040 + 120
+
+
 def _hbm(heats: list[tuple[float, float, float]]):  # type: ignore[no-untyped-def]
     """One GPU at its working level, HBM at 74 °C, with heat excursions (start, seconds, +°C) that
     ramp up over 4 minutes and hold."""
@@ -90,7 +112,7 @@ def test_metrics_settings_in_the_rules_file() -> None:
   metrics:
     DCGM_FI_DEV_MEMORY_TEMP: {min_change: 3, threshold: 0.8, every: 2m}
     DCGM_FI_DEV_POWER_USAGE: off
-    DCGM_FI_DEV_ENC_UTIL: {range: [0, 100], at_plateau: false, probation: 2h}
+    DCGM_FI_DEV_ENC_UTIL: {range: [0, 100], at_plateau: false, probation: 2h, direction: down}
 """
     rs = parse_rules(text, "r.yaml")
     assert rs.errors == []
@@ -101,7 +123,7 @@ def test_metrics_settings_in_the_rules_file() -> None:
     default = next(m for m in DEFAULT_METRICS if m.metric == "DCGM_FI_DEV_MEMORY_TEMP")
     assert by["DCGM_FI_DEV_MEMORY_TEMP"] == replace(default, min_change=3.0, threshold=0.8, every_s=120.0)
     assert by["DCGM_FI_DEV_ENC_UTIL"] == MetricSpec("DCGM_FI_DEV_ENC_UTIL", 0.0, 100.0, at_plateau=False,
-                                                   probation_s=7200.0)
+                                                   probation_s=7200.0, direction="down")
     service = DetectionService(None, rs, engine=DetectionEngine(DetectorConfig(metrics=rs.metrics)))
     assert service.engine.cfg.metrics == rs.metrics
 
@@ -114,6 +136,7 @@ def test_bad_metrics_settings_are_errors_with_lines_and_leave_the_defaults() -> 
     DCGM_FI_DEV_MEMORY_TEMP: {threshold: 2, colour: red}
     DCGM_FI_DEV_POWER_USAGE: {range: [5, 1]}
     DCGM_FI_PROF_DRAM_ACTIVE: 7
+    DCGM_FI_DEV_GPU_TEMP: {range: [0, 110], direction: sideways}
 """
     rs = parse_rules(text, "r.yaml")
     assert [str(e) for e in rs.errors] == [
@@ -122,6 +145,7 @@ def test_bad_metrics_settings_are_errors_with_lines_and_leave_the_defaults() -> 
         "r.yaml:5: detectors.metrics.DCGM_FI_DEV_MEMORY_TEMP: unknown keys ['colour']",
         "r.yaml:6: detectors.metrics.DCGM_FI_DEV_POWER_USAGE: range must be [low, high] with low < high",
         "r.yaml:3: detectors.metrics.DCGM_FI_PROF_DRAM_ACTIVE: must be a mapping of settings, or off",
+        "r.yaml:8: detectors.metrics.DCGM_FI_DEV_GPU_TEMP: direction must be up, down or both",
     ]
     assert rs.metrics == DEFAULT_METRICS
 
