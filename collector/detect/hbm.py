@@ -8,9 +8,9 @@ trace, so a rule on the temperature or on the difference either fires on a memor
 or misses a cooling fault. Fitted as ``a + b * die + c * DRAM activity`` (in one pass over each
 trace) they leave a residual of 0.7-1.4 °C (SD). Fitted as here, online and with how far the die and
 the traffic are from their own recent past (the HBM lags behind the die: its time constant is
-longer), the residual's one-minute mean never exceeded 2.6 °C once the fit had two minutes of
-samples (3.8 °C without the lag terms; benchmarks/hbm_residual.py, docs/benchmarks.md, rounds 22
-and 25).
+longer), the residual's one-minute mean never exceeded 2.2 °C once the fit had two minutes of
+samples (2.6 °C with the minute's change as the lag terms, 3.8 °C without lag terms;
+benchmarks/hbm_residual.py, docs/benchmarks.md, rounds 22 and 25).
 
 Why the lag terms are distances from exponential means, not changes over a minute: HBM that lags
 behind its load is a first-order system, and what it still owes is the load's distance from the
