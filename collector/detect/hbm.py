@@ -170,10 +170,17 @@ def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
         # a sample without DRAM activity (profiling read less often than temperatures, or the first
         # sample after a gap) is no sample without traffic: read as zero, a memory-bound job's HBM
         # was 10 °C "hot" for the one sample after an 87-s gap (an independently written fleet).
-        # The last reading stands for a while; past that the fit cannot say what the HBM should be
-        if ts - fit.dram_ts > DRAM_STALE_S:
-            return fit.finding
-        dram = fit.dram_last
+        # The last reading stands for a while; past that the fit cannot say what the HBM should be,
+        # and says nothing. Gone for RELEARN_S (profiling turned off), the GPU is one without the
+        # reading, and its fit starts again without it
+        if ts - fit.dram_ts > RELEARN_S:
+            fit.restart()
+            fit.dram_last = None
+        elif ts - fit.dram_ts > DRAM_STALE_S:
+            fit.finding = None
+            return None
+        else:
+            dram = fit.dram_last
     d = dram or 0.0  # (never read at all: a GPU without the reading, whose fit has no DRAM term to use)
     x = fit.regressors(ts, die, d)
     res = mem - fit.predict(x)

@@ -128,3 +128,13 @@ def test_a_sample_without_dram_activity_is_no_sample_without_traffic() -> None:
     phases = [(0.93, 0.84), (0.93, 0.3), (0.6, 0.84), (0.0, 0.0)]  # (the traffic moves on its own)
     assert _thermal(phases, 5400, gap=range(2400, 2700), blind=range(2700, 2760)) == []
     assert _thermal(phases, 5400, blind=range(2400, 3000, 7)) == []  # (one sample in seven without it)
+
+
+def test_a_gpu_whose_dram_activity_stops_coming_is_judged_again_without_it() -> None:
+    """Profiling turned off for good (DCGM restarted without it): the samples without DRAM activity are
+    not judged for half an hour, and then the GPU is one without the reading. Its fit starts again
+    from its die alone, stays quiet, and a cooling fault later is found."""
+    phases = [(0.93, 0.5), (0.6, 0.3)]
+    assert _thermal(phases, 9000, blind=range(1800, 9000)) == []
+    found = _thermal(phases, 12600, blind=range(1800, 12600), hot_at=9000)
+    assert len(found) == 1 and 9000 < found[0].start - T0 <= 9000 + 600
