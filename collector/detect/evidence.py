@@ -51,12 +51,14 @@ KEYS: Final = (
     k.NODE_PRESSURE_IO_WAITING_RATIO,
     k.INFERENCE_REQUESTS_PER_SECOND, k.INFERENCE_QUEUE_SECONDS, k.INFERENCE_COMPUTE_SECONDS,
     k.INFERENCE_PENDING_REQUESTS, k.INFERENCE_RUNNING_REQUESTS, k.INFERENCE_TTFT_SECONDS, k.INFERENCE_KV_CACHE_RATIO,
-    k.PCIE_RX_BYTES,
+    k.PCIE_RX_BYTES, k.SM_ACTIVE,
 )
 _I: Final = {key: i for i, key in enumerate(KEYS)}
 _HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO_WAITING_RATIO] + 1))
 _SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS_PER_SECOND], _I[k.INFERENCE_KV_CACHE_RATIO] + 1))
 _EVIDENCE_KEYS: Final = frozenset(KEYS[i] for i in _HOST | _SERVER)
+_SM: Final = _I[k.SM_ACTIVE]
+AT_WORK: Final = 0.05  # SM activity (level.IDLE) from which the GPU was at work: its host figures say how it was fed
 _TS: Final = itemgetter(0)
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
@@ -122,7 +124,7 @@ class Evidence:
         self.last_ts = -1e18
         self.served_ts = -1e18
 
-    def _mean(self, key: str, start: float, end: float) -> float | None:
+    def _mean(self, key: str, start: float, end: float, at_work: bool = False) -> float | None:
         # the readings are in time order: only those of the window are looked at (a fall is weighed
         # every few seconds, twenty keys at a time, over a window of a fifth of what is kept)
         i = _I[key]
@@ -130,11 +132,20 @@ class Evidence:
         lo = bisect_left(readings, start, key=_TS)
         hi = bisect_right(readings, end, lo, key=_TS)
         vals = [x for _, v in islice(readings, lo, hi) if (x := v[i]) is not None]
+        if at_work and i in _HOST:
+            working = [x for _, v in islice(readings, lo, hi)
+                       if (x := v[i]) is not None and (sm := v[_SM]) is not None and sm >= AT_WORK]
+            vals = working or vals
         return sum(vals) / len(vals) if vals else None
 
     def windows(self, key: str, since: float, ts: float) -> tuple[float | None, float | None]:
-        """The mean of ``key`` in the minutes before ``since`` and in the time since it."""
-        return (self._mean(key, since - BEFORE_S, since - _GAP_S),
+        """The mean of ``key`` in the minutes before ``since`` and in the time since it. Before, a host
+        figure is read while the GPU was at work (where it was at all): how the job was fed, not how its
+        process idled. A pretraining pod whose container ran at its CPU limit all the time (throttled
+        in 30-55% of periods) paused for a checkpoint a minute before its evaluation, unthrottled while
+        idle; against that minute its evaluation's usual throttling "rose", and the evaluation was
+        reported on all 16 GPUs as a pod starved by its CPU limit (docs/benchmarks.md, round 26)."""
+        return (self._mean(key, since - BEFORE_S, since - _GAP_S, at_work=True),
                 self._mean(key, since + _SETTLE_S, ts))
 
     def weigh(self, since: float, ts: float, depth: float) -> Verdict:

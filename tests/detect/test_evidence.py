@@ -258,3 +258,24 @@ def test_a_pod_wide_fall_while_the_job_waits_for_a_cpu_is_no_pod_pause(host: Hos
     assert len(drops) == 4
     assert all(within - 20 < a.start - record(0, 0).ts - FALL_AT <= within for a in drops), \
         [a.start - record(0, 0).ts - FALL_AT for a in drops]
+
+
+def test_a_pod_at_its_cpu_limit_all_along_is_not_starved_by_it_after_a_pause() -> None:
+    """Found on an independently written fleet (round 26): a pretraining pod's container ran at its CPU
+    limit all the time (throttled in 30-55% of periods while at work) and not at all while it paused for a
+    checkpoint. Its evaluation (every GPU at 0.35 for 100 s) began a minute after that pause, with the same
+    throttling as ever; against "before" read over the pause, throttling rose, and the evaluation was a pod
+    starved by its CPU limit on all 16 GPUs, reported after 60 s. Before is read while the GPU worked."""
+    rng = random.Random(5)
+    recs = []
+    for s in range(FALL_AT + 240):
+        paused = FALL_AT - 80 <= s < FALL_AT - 35
+        evaluating = FALL_AT <= s < FALL_AT + 100
+        for g in range(4):
+            sm = 0.0 if paused else (0.35 if evaluating else 0.9) * (1.0 + rng.gauss(0.0, 0.01))
+            rec = record(float(s), g, sm=sm, pid=100 + g, pod="trainer-0", DEV_GPU_UTIL=min(90.0, 112.0 * sm),
+                         PROF_PCIE_RX_BYTES=4e8 * sm)
+            host = {k.CONTAINER_CPU_THROTTLED_RATIO: 0.0 if paused else 0.45 + 0.1 * rng.uniform(-1, 1),
+                    k.CONTAINER_CPU_LIMIT_CORES: 48.0, k.PROCESS_CPU_CORES: 0.2 if paused else 1.5}
+            recs.append(replace(rec, metrics={**rec.metrics, **host}))
+    assert _drops(run(recs)) == []
