@@ -93,6 +93,7 @@ YOUNG_DEEP = 0.5  # a level not yet established is judged only for a fall this d
 MAX_BLOCKS = 34  # ... of which the highest is ``recent_max`` (a little more than ANCHOR_FROM)
 _HELD_MAX = 24  # blocks held while a recovery is judged (2 minutes: a recovery takes 10-40 s)
 RECENT_BLOCKS = 96  # block means kept for the anchor (ANCHOR_FROM, and a reported fall of up to 5 minutes)
+_BACK_SAMPLES = 3  # a smooth fall is back once this many samples, over a block, read above its end ratio
 SAMPLES = 96  # the latest samples themselves (a minute and more), for telling a job that works in bursts
 DUTY_S = 30.0  # ... which it must have done this long
 DUTY_HIGH = 0.7  # a burst runs at this fraction of the level or more; a wait reads below IDLE
@@ -129,11 +130,11 @@ class ActivityLevel:
 
     __slots__ = ("_anchor", "_anchor_n", "_anchor_ts", "_at", "_line_cache", "b_fb", "b_fb_n", "b_n", "b_sq",
                  "b_start", "b_sum", "block_s", "blocks", "calm", "cusum", "cusum_n", "cusum_since", "cusum_sum",
-                 "dips", "ep_abrupt", "ep_blocks", "ep_dsum", "ep_excused", "ep_fallen", "ep_lead", "ep_mode", "ep_n",
-                 "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up", "ep_waits", "fast",
-                 "fast_ts", "fb_level", "held", "incident", "jitter", "last", "level", "noise", "noises", "phase_ts",
-                 "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means", "samples", "since", "slow",
-                 "sorted", "spread", "steady", "tight", "zero_since")
+                 "dips", "ep_abrupt", "ep_back", "ep_blocks", "ep_dsum", "ep_excused", "ep_fallen", "ep_lead",
+                 "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up",
+                 "ep_waits", "fast", "fast_ts", "fb_level", "held", "incident", "jitter", "last", "level", "noise",
+                 "noises", "phase_ts", "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means",
+                 "samples", "since", "slow", "sorted", "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
         self.since = since
@@ -196,6 +197,7 @@ class ActivityLevel:
         self.ep_dsum = 0.0
         self.ep_blocks: list[float] = []
         self.ep_up = -1.0  # since when activity is back above the fall's end ratio (-1: it is not)
+        self.ep_back = False
         self.ep_reported = False  # whether this fall was reported (an open anomaly of another fall is not its)
         self.ep_lead = 0.0  # how long before it was seen below its ratio the fall left the plateau
         self.ep_waits = False  # whether it is known to be a job waiting for work (duty_cycled), whatever its depth
@@ -606,6 +608,7 @@ class ActivityLevel:
         self.ep_reported = reported
         self.ep_lead = lead
         self.ep_sum, self.ep_dsum, self.ep_n, self.ep_up = 0.0, 0.0, 0, -1.0
+        self.ep_back = False  # its samples came back for a block: its recovery is under way (``recovered``)
         self.ep_blocks = []
         self.ep_excused = 0.0
         self.ep_runs = {}
@@ -622,12 +625,38 @@ class ActivityLevel:
             down = self.fast < floor or self.last < IDLE
         else:
             down = self.fast < floor or ((self.ep_mode != "steady" or self.bursty()) and self.slow < floor)
+            if self.ep_mode == "steady" and self.ep_abrupt and not self.bursty():
+                down = down and not self._back_for_a_block(floor, ts)
         if down:
             self.ep_up = -1.0
             return False
         if self.ep_up < 0:
             self.ep_up = ts
         return ts - self.ep_up >= RECOVER_S
+
+    def _back_for_a_block(self, floor: float, ts: float) -> bool:
+        """Whether a smooth fall that came at once (an evaluation's plateau; a drift hovers about its
+        ratio) had its samples back above ``floor`` for a block (``BLOCK_S``) before this one, since
+        when a sample or two below (a loader's hiccup) do not undo its recovery: the fast
+        mean takes seconds to say a fall has ended. An independently written fleet's one-GPU fine-tune
+        (0.72, a hiccup to 0.04 for 2 s every few minutes) came back from its 88-s evaluation for 5 s and
+        hiccuped: the fast mean had said it was back 2 s before, the hiccup restarted the recovery, and
+        the evaluation, past the 90-s hold, was reported (docs/benchmarks.md, round 26). Once back for a
+        block, the fall's recovery is timed from when its samples came back."""
+        if self.ep_back:
+            return True
+        back, n = -1.0, 0
+        for t, sm in reversed(self.samples):
+            if t >= ts:
+                continue  # (the sample being judged: it is below)
+            if sm < floor:
+                break
+            back, n = t, n + 1
+        if n < _BACK_SAMPLES or ts - back < BLOCK_S:
+            return False  # (a sample or two back, read every 5 or 10 s, are a stall's bursts as often)
+        self.ep_back = True
+        self.ep_up = back if self.ep_up < 0 else min(self.ep_up, back)
+        return True
 
     def add_to_episode(self, sm: float) -> None:
         if self.ep_n:

@@ -139,11 +139,13 @@ def test_the_held_out_trace_e_stall_found_nothing_on_normal_phases() -> None:
     than a recovery), so neither opens an anomaly of its own; its launch-bound phase (80 s) was
     shorter than that detector's 90-s wait and is found since it waits a minute (session 5); its
     fast leak (41 s) is found since an urgent leak is judged on 30 s of growth (after trace g).
-    Its normal phases stay quiet."""
+    Since round 26 the stall's recovery is timed from when its samples came back (a sample below
+    after a block back is no longer the stall going on), so the bursty loader stall ("hiccup") is
+    judged on its own and found after 62 s. Its normal phases stay quiet."""
     trace = DATA / "h200-labelled-e.jsonl"
     result = evaluate(trace, trace.with_suffix(".labels.json"))
     assert result["bad_lines"] == 0 and result["false"] == []
-    assert {i["phase"] for i in result["incidents"] if i["found"]} == {"stall", "launch", "leak"}
+    assert {i["phase"] for i in result["incidents"] if i["found"]} == {"stall", "hiccup", "launch", "leak"}
 
 
 def test_the_held_out_trace_f_stall_launch_and_leak_found_nothing_on_normal_phases() -> None:
@@ -435,12 +437,15 @@ def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> N
     b's 70-s launch phase, sampled every 10 s, was found only by a sample after it had ended (the slow
     means of the next phase's first sample still read 8.6 times). With ad (2 incidents, round 21):
     113 of 125 at 2 s, 100 at 5 s. With ae (4 incidents, twenty-ninth session; its launch phase
-    missed as recorded): 116 of 129 at 2 s, 103 at 5 s."""
+    missed as recorded): 116 of 129 at 2 s, 103 at 5 s. Round 26 (a smooth fall back for a block is
+    over): 117 at 2 s (trace e's bursty stall is judged on its own, no longer inside the stall's
+    anomaly before it), 102 at 5 s (trace b's 55-s stall, under the 60-s hold, had been found only as the
+    continuation of its evaluation 15 s before, which now ends when its samples come back)."""
     found, total, false, per = _at_interval(2.0)
-    assert (found, total, false) == (116, 129, [])
+    assert (found, total, false) == (117, 129, [])
     assert per["leak"] == 31
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (103, 129, [])  # (85 of 109 before u's and x's pageable input, round 18)
+    assert (found, total, false) == (102, 129, [])  # (85 of 109 before u's and x's pageable input, round 18)
 
 
 def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
