@@ -396,6 +396,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
            "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.0, "burners": 10, "leak_every_s": 2.0,
            "leak_gib": 0.35, "drift_steps": 1.6, "drift_ramp_s": 80.0, "step_noise": 0.4,
            "serve_high": 0.8, "serve_low": 0.3, "serve_step_s": 25.0, "launch_batch": 1000},
+    # "af": the thirty-first run, written in the thirtieth session (2026-12-07) after that session's
+    # detector changes and scored once when recorded, at the agent's own intervals: the pattern an
+    # independently written fleet's fine-tunes showed, an evaluation and then, seconds after the job came
+    # back, a 2-s blip of its loader (normal; "blip": no GPU work for 2 s), a checkpoint, a stall of 2.4
+    # steps' wait for 66 s followed by another blip, 12 CPU burners, a loader falling behind in bursts
+    # (3 s of steps, 3 s of waits), a leak of 0.4 GiB every 2 s; then a new process doing launch-bound
+    # work with 1,400 tiny kernels per sync
+    "af": {"train": (("train", 30.0), ("eval", 14.0), ("train", 6.0), ("blip", 2.0), ("train", 20.0),
+                     ("checkpoint", 9.0), ("train", 20.0), ("stall", 66.0), ("train", 6.0), ("blip", 2.0),
+                     ("train", 22.0), ("contention", 62.0), ("train", 20.0), ("hiccup", 62.0), ("train", 20.0),
+                     ("leak", 36.0)),
+           "tools": (("launch", 68.0),),
+           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.4, "burners": 12, "leak_every_s": 2.0,
+           "leak_gib": 0.4, "hiccup_run_s": 3.0, "hiccup_wait_s": 3.0, "launch_batch": 1400},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -495,6 +509,8 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                     gpu_work(prepare(), matmuls)
                 else:
                     time.sleep(0.05)
+            elif phase == "blip":  # the loader's brief wait: no step for a moment (normal)
+                time.sleep(0.05)
             elif phase == "bigbatch":  # the batch grows by half: more work per step (normal)
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
