@@ -35,6 +35,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Final
 
+from collector.detect.level import IDLE
 from telemetry import keys as k
 
 EVERY: Final = 2.0  # seconds between two kept readings (the agent's host reads are per sample, 1 Hz)
@@ -58,7 +59,7 @@ _HOST: Final = frozenset(range(_I[k.PROCESS_CPU_CORES], _I[k.NODE_PRESSURE_IO_WA
 _SERVER: Final = frozenset(range(_I[k.INFERENCE_REQUESTS_PER_SECOND], _I[k.INFERENCE_KV_CACHE_RATIO] + 1))
 _EVIDENCE_KEYS: Final = frozenset(KEYS[i] for i in _HOST | _SERVER)
 _SM: Final = _I[k.SM_ACTIVE]
-AT_WORK: Final = 0.05  # SM activity (level.IDLE) from which the GPU was at work: its host figures say how it was fed
+AT_WORK: Final = IDLE  # SM activity from which the GPU was at work: its host figures say how it was fed
 _TS: Final = itemgetter(0)
 
 THROTTLED: Final = 0.25  # throttled in this share of the CFS periods: the limit bites
