@@ -131,8 +131,7 @@ class KafkaSource:
             bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=self.max_records,
             fetch_max_wait_ms=t.fetch_max_wait_ms, fetch_max_bytes=t.fetch_max_bytes,
-            max_partition_fetch_bytes=t.max_partition_fetch_bytes, session_timeout_ms=t.session_timeout_ms,
-            heartbeat_interval_ms=t.heartbeat_interval_ms, **self._kw,
+            max_partition_fetch_bytes=t.max_partition_fetch_bytes, **self._kw,
         )
         await retry_start(self._consumer.start, "the consumer", self.bootstrap, self._stopping, self._limited)
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))

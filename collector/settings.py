@@ -25,13 +25,6 @@ The consumer's tuning (:class:`ConsumerTuning`) holds the defaults; why each is 
   cut to fit it.
 * ``stall_after_s`` 30: a partition with messages waiting that delivered nothing for this
   long is reported stalled (metric and log) and its fetch is restarted.
-* ``session_timeout_ms`` 30000 (aiokafka's default is 10000; Kafka's own clients default to
-  45000 since Kafka 3.0) and ``heartbeat_interval_ms`` 3000: the heartbeats run on the
-  consumer's event loop, which detection shares, so a replica busy for ten seconds (a
-  large batch on a starved host) was taken for dead, the group rebalanced under it and
-  its partitions were re-read (seen on CI: three replicas on two cores re-read a fifth
-  of their records). A replica that dies is replaced after at most this long; one that
-  stops leaves the group at once.
 """
 
 from __future__ import annotations
@@ -62,8 +55,6 @@ class ConsumerTuning:
     lag_interval_s: float = 5.0
     keyframe_request_interval_s: float = 10.0
     stream_idle_s: float = 900.0
-    session_timeout_ms: int = 30_000
-    heartbeat_interval_ms: int = 3_000
 
 
 _T = ConsumerTuning
