@@ -35,6 +35,8 @@ past these frames), dead letters already sent are not sent again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from collector.batch_slices import slices
 from collector.streams import NODE_STREAM, Stream, StreamId, StreamTable, UuidConflicts, seq_behind
 from telemetry.codec import FrameDecoder, FrameError, FrameHeader, peek_header
 from telemetry.codec.node import NodeFrameDecoder, is_node_frame, peek_node_header
@@ -132,6 +135,10 @@ class DetectionHooks(Protocol):
     def forget(self, nodes: set[str]) -> None:
         """After one: drop ``nodes``, another replica judges them now."""
 
+    def judging(self) -> asyncio.Lock:
+        """Held while a batch is judged slice by slice: a save between two slices would keep a
+        node's state from the middle of a batch whose floors it had already taken."""
+
 
 @dataclass(slots=True)
 class BatchResult:
@@ -147,6 +154,9 @@ Frames = list[tuple[Inbound, list[GpuRecord]]]
 Events = list[tuple[Inbound, EventRecord]]
 Profiles = list[tuple[Inbound, ProfileResult]]
 Kernels = list[tuple[Inbound, KernelWindow]]
+
+
+JUDGE_SLICE = 4000  # records the detectors judge between two turns of the event loop (about 0.2 s)
 
 
 @dataclass(slots=True)
@@ -197,6 +207,7 @@ class Ingestor:
     # has committed (a replica killed mid-save leaves the older state, which needs them)
     saving: dict[str, tuple[int, int]] = field(default_factory=dict)
     request_keyframe: RequestKeyframe | None = None
+    judge_slice: int = JUDGE_SLICE
     profiles: ProfileSink | None = None  # where agents' CPU profiles go (None: they are dead-lettered)
     kernels: KernelSink | None = None  # where CUPTI kernel windows go (None: they are dead-lettered)
     keyframe_request_interval_s: float = 10.0
@@ -312,7 +323,7 @@ class Ingestor:
             for stream in pending.streams:  # a long outage must not make them look gone
                 stream.last_used = now
             await self._prepare_detection(pending)
-            self._notify(pending)
+            await self._notify(pending)
         while pending.dead_sent < len(pending.dead):
             msg, reason = pending.dead[pending.dead_sent]
             await self.dead_letter(msg, reason)
@@ -414,7 +425,10 @@ class Ingestor:
             _limited.error("prepare", "detector state not taken over (%s: %s); ingest goes on",
                            type(exc).__name__, exc)
 
-    def _notify(self, pending: _Pending) -> None:
+    async def _notify(self, pending: _Pending) -> None:
+        """Hand the stored batch to the detectors, a slice at a time with the event loop free between
+        slices (:mod:`collector.batch_slices`: a whole batch held it for seconds, and the Kafka
+        client's heartbeats with it)."""
         if self.on_committed is None:
             return
         if self.detection is not None:
@@ -423,8 +437,20 @@ class Ingestor:
                 if node not in floors:
                     floors[node] = base
         records = [r for _, decoded in pending.frames for r in decoded]
+        parts = slices(records, [e for _, e in pending.events], self.judge_slice)
+        if len(parts) == 1:
+            self._judge(*parts[0])
+            return
+        async with self.detection.judging() if self.detection is not None else contextlib.nullcontext():
+            for i, (part, events) in enumerate(parts):
+                if i:
+                    await asyncio.sleep(0)
+                self._judge(part, events)
+
+    def _judge(self, records: Sequence[GpuRecord], events: Sequence[EventRecord]) -> None:
+        assert self.on_committed is not None
         try:
-            self.on_committed(records, [e for _, e in pending.events])
+            self.on_committed(records, events)
         except Exception as exc:  # detection must never stop ingest: the rows are stored
             self.counters["detection_errors"] += 1
             _limited.error("detect", "anomaly detection failed on a stored batch (%s: %s); ingest goes on",

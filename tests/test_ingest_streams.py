@@ -263,6 +263,7 @@ class _Hooks:
 
     def __init__(self) -> None:
         self.forgotten: list[set[str]] = []
+        self.lock = asyncio.Lock()
 
     async def prepare(self, records: Sequence[GpuRecord], events: Sequence[EventRecord]) -> None:
         pass
@@ -272,6 +273,9 @@ class _Hooks:
 
     def forget(self, nodes: set[str]) -> None:
         self.forgotten.append(set(nodes))
+
+    def judging(self) -> asyncio.Lock:
+        return self.lock
 
 
 def _judged(store: MemoryStore) -> tuple[Ingestor, _Hooks]:

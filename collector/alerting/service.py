@@ -137,6 +137,10 @@ class DetectionService:
         self._known |= nodes
         self.counters["records"] += len(records)
 
+    def judging(self) -> asyncio.Lock:
+        """The lock a flush holds: the ingestor holds it while it judges a batch slice by slice."""
+        return self._lock
+
     async def release(self, nodes: set[str]) -> None:
         """Save ``nodes`` now (their partitions are being revoked: the next owner starts from here)."""
         self._dirty |= nodes & self._known

@@ -101,6 +101,7 @@ _OCCUPIED_BACK_S = 10.0  # "before": this long before the fall began
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
 _SHARED_BACK_S = 60.0  # a peer that fell with a replica is compared with its blocks of this long before
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
+_HOST_SHOWS_S = 30.0  # a replica's step is read as less traffic only once its host's figures had this long
 _MOVED_S = 90.0  # a peer's rise that explains a step must last this long (a burst of demand passes)
 # a step's start as its CUSUM run places it (the first sample below the anchor's band) may come this long
 # before the change that made it: request noise can bring a run's first sample forward by a few samples
@@ -416,10 +417,29 @@ def replicas(st: GpuState, svc_peers: Sequence[GpuState]) -> bool:
 
 
 def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Sequence[GpuState],
-                     svc_changed: float) -> str | None:
+                     svc_changed: float, found: Verdict | None = None) -> str | None:
     """Why a step of a demand-driven workload may be demand, not lost capacity (None: nothing
-    does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``)."""
+    does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``; ``found``: what the host's
+    figures say of the fall, none of it host-side)."""
     lv = st.level
+    if lv.ep_mode == "step" and found is not None and found.cause == "none" and not st.evidence.serves() \
+            and lv.fast >= DEEP * lv.ep_ref and "throughput_drop" not in st.open:
+        # a replica known to move with its demand (ten minutes of it), still at work, with the host's
+        # figures read and unchanged: what feeds it did not slow, so it is sent less. A server that
+        # loses capacity with its work waiting shows it on the host (its process or container starved
+        # of CPU, the node under pressure: those falls are judged), on its clocks (a throttling
+        # finding) or in errors; its SMs waiting for work at the same demand need one of those. An
+        # independently written fleet's routing (sticky sessions, prefix-aware) moved a third to a
+        # half of a chat replica's traffic to its peers for a minute or more, a little to each: 29 false
+        # drops on chat and assist replicas in five sets of its traces (round 27). Without an inference
+        # server's figures (``serves``: then its queue says whether work waited) and host figures,
+        # the step is judged as before. Decided once the host's figures have had ``_HOST_SHOWS_S`` to
+        # turn: a replica's CPU starvation read as "unchanged" 3 s into its fall, and its step was taken
+        # for its new normal
+        if ts - lv.ep_start < _HOST_SHOWS_S:
+            return WAIT
+        return (f"its activity stepped to {lv.fast / lv.ep_ref:.0%} of its level with its host's figures "
+                "unchanged: a replica still at work, sent less (its share of the traffic moved), not slower")
     # drained: its traffic went to the other replicas, and a replica with no requests does no work, so
     # only an idle GPU reads as drained (the real H200 trace f's contention fell to 0.08 with no peers;
     # a replica that lost two thirds of its capacity at a tenth of its SMs still serves)
@@ -592,7 +612,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         lv.rebase()
         return None
     if lv.ep_mode != "steady" and not (found is not None and found.host_side):
-        why = _demand_explains(st, ts, cfg, svc_peers, svc_changed)
+        why = _demand_explains(st, ts, cfg, svc_peers, svc_changed, found)
         if why == WAIT:
             return _finding(st, ts, cfg, pod_peers, svc_peers, False) if is_open else None
         if why is not None:

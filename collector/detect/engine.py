@@ -124,6 +124,10 @@ def _event_ts(event: EventRecord) -> float:
     return event.ts
 
 
+def _event_ts_node(event: EventRecord) -> tuple[float, str]:
+    return event.ts, event.node
+
+
 class DetectionEngine:
     """All detectors over a fleet's record stream; not thread-safe (one feeder)."""
 
@@ -219,9 +223,10 @@ class DetectionEngine:
             while queue and queue[0].ts <= record.ts:
                 out.extend(self.feed_event(queue.popleft()))
             out.extend(feed(record))
-        for queue in waiting.values():
-            for event in queue:
-                out.extend(self.feed_event(event))
+        # the events after every record of their node, in time order (and by node: the same order
+        # whichever slice of a batch they end in, collector/batch_slices.py)
+        for event in sorted((e for queue in waiting.values() for e in queue), key=_event_ts_node):
+            out.extend(self.feed_event(event))
         return out
 
     def feed_all(self, records: Iterable[GpuRecord]) -> list[Change]:

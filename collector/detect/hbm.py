@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Final
 
 from collector.detect.anomaly import AnomalyKind
 from collector.detect.finding import Finding
+from telemetry.clocks import THERMAL
 from telemetry.keys import MEMORY_TEMP
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ DRAM_STALE_S: Final = 60.0  # a DRAM activity reading stands for the samples wit
 NEW_DIE_C: Final = 5.0  # a die this much beyond the temperatures learned from is a load not seen yet ...
 NEW_DRAM: Final = 0.1  # ... and so is DRAM activity this far beyond
 NEW_LEARN_S: Final = 300.0  # a load not seen yet is learned for this long (several HBM time constants)
+DIE_FAULT_HOLD_S: Final = 900.0  # after the die was last held at its limit, the fit learns nothing this long
+KEEP_S: Final = 300.0  # the fit a die fault sends it back to is this old or older
 # the prior: offset free, slope near 1 (HBM follows the die), the DRAM term and the lag terms free
 _PRIOR: Final = (1e3, 1e-2, 1e2, 1e1, 1e2)
 _D: Final = len(_PRIOR)
@@ -77,6 +80,20 @@ _D: Final = len(_PRIOR)
 
 def _prior() -> list[float]:
     return [_PRIOR[i] if i == j else 0.0 for i in range(_D) for j in range(_D)]
+
+
+@dataclass(slots=True, frozen=True)
+class Kept:
+    """An :class:`HbmFit`'s learned part at one moment."""
+
+    w: list[float]
+    p: list[float]
+    n: int
+    armed: bool
+    die_lo: float
+    die_hi: float
+    dram_lo: float
+    dram_hi: float
 
 
 @dataclass(slots=True)
@@ -104,6 +121,18 @@ class HbmFit:
     die_hi: float = float("-inf")
     dram_lo: float = float("inf")
     dram_hi: float = float("-inf")
+    die_fault_ts: float = -1e18  # the last sample whose die was held at its limit (or cooled too little)
+    kept: Kept | None = None  # the fit KEEP_S ago or more: what a die fault returns it to
+    keeping: Kept | None = None  # the fit at the last snapshot (``kept`` in KEEP_S)
+    kept_ts: float = -1e18
+
+    def snapshot(self) -> Kept:
+        return Kept(list(self.w), list(self.p), self.n, self.armed, self.die_lo, self.die_hi, self.dram_lo,
+                    self.dram_hi)
+
+    def go_back(self, kept: Kept) -> None:
+        self.w, self.p, self.n, self.armed = list(kept.w), list(kept.p), kept.n, kept.armed
+        self.die_lo, self.die_hi, self.dram_lo, self.dram_hi = kept.die_lo, kept.die_hi, kept.dram_lo, kept.dram_hi
 
     def restart(self) -> None:
         fresh = HbmFit()
@@ -183,12 +212,24 @@ def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
             dram = fit.dram_last
     d = dram or 0.0  # (never read at all: a GPU without the reading, whose fit has no DRAM term to use)
     x = fit.regressors(ts, die, d)
+    if _die_fault(st, fit, ts):
+        return None
+    frozen = ts - fit.die_fault_ts < DIE_FAULT_HOLD_S
     res = mem - fit.predict(x)
     fit.residuals.append((ts, res))
     while fit.residuals and ts - fit.residuals[0][0] > WINDOW_S:
         fit.residuals.popleft()
     mean = sum(r for _, r in fit.residuals) / len(fit.residuals)
     full = len(fit.residuals) >= WINDOW_S / EVERY / 2
+    if frozen:
+        # after a die fault: the fit from before it judges, and learns nothing (the fault may go on
+        # while the GPU idles, its die hotter than its power puts it, and nothing flags that)
+        if not fit.armed or fit.novel(die, d) or ts < fit.novel_until:
+            fit.hot_since, fit.finding = -1.0, None
+            return None
+        return _judge(st, fit, ts, mem, res, mean, full, die, d)
+    if ts - fit.kept_ts >= KEEP_S:
+        fit.kept, fit.keeping, fit.kept_ts = fit.keeping, fit.snapshot(), ts
     if fit.novel(die, d):
         fit.novel_until = ts + NEW_LEARN_S
     if ts < fit.novel_until:
@@ -211,6 +252,33 @@ def observe(st: GpuState, ts: float, mem: float | None) -> Finding | None:
         return None
     if res < LEARN_C:
         fit.learn(x, max(mem, fit.predict(x) - LEARN_C))  # (a transient below it, clipped)
+    return _judge(st, fit, ts, mem, res, mean, full, die, d)
+
+
+def _die_fault(st: GpuState, fit: HbmFit, ts: float) -> bool:
+    """Whether the die is held at its thermal limit or its cooling is failing (a thermal_throttle
+    open): its temperature no longer stands for the board's heat, so the HBM is not judged against
+    it, and the fit goes back to what it was before the fault began.
+
+    Why back: a cooling fault heats the die before the driver holds its clocks, and between the
+    holds (the GPU idle, its die hotter than its power puts it, nothing flagged); an independently
+    written fleet's faults taught fits, in the minute before each hold and in idle minutes between,
+    that memory traffic cools HBM (a DRAM weight of -12), and on ten GPUs the healthy work after
+    such a fault was "8-20 °C hot" for up to an hour: 23 of the 25 false HBM findings on four sets
+    of its traces (docs/benchmarks.md, round 27)."""
+    if not (st.reasons & THERMAL or "thermal_throttle" in st.open):
+        return False
+    if ts - fit.die_fault_ts >= DIE_FAULT_HOLD_S and fit.kept is not None:
+        fit.go_back(fit.kept)
+        fit.keeping = fit.kept
+    fit.die_fault_ts = ts
+    fit.hot_since, fit.finding = -1.0, None
+    fit.residuals.clear()
+    return True
+
+
+def _judge(st: GpuState, fit: HbmFit, ts: float, mem: float, res: float, mean: float, full: bool,
+           die: float, d: float) -> Finding | None:
     if mean < HOT_C or not full:
         fit.hot_since = -1.0
         fit.finding = None

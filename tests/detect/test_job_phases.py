@@ -290,3 +290,26 @@ def test_an_evaluation_that_ends_just_before_a_hiccup_is_over_and_not_reported()
     found = run(trace(1000, 1, make(920)))
     assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
     assert 596 + 90 < found[0].start - T0 <= 596 + 300
+
+
+def test_a_fine_tune_sharing_its_service_whose_evaluation_ends_at_the_hold_is_not_reported() -> None:
+    """Found on an independently written fleet (round 27): LoRA fine-tunes of several teams share one
+    service, so each is judged as a replica whose kind its first ten minutes do not yet tell
+    (``unsure``). One ran its first evaluation (0.21 at 80% utilisation against 0.68 at 93%) for 84 s,
+    and its SM activity was back 3 s before the 90-s hold; its fast mean, and the slow mean an
+    ``unsure`` GPU's recovery also waits for, said so only 17 s later, and the evaluation was reported
+    (20 such findings on five sets of its traces). Samples back for a block end an abrupt, smooth fall
+    of a job of any kind but a known demand-driven replica, not only of a known steady job. The same
+    fall going on is still found."""
+    def make(end: int):  # type: ignore[no-untyped-def]
+        def sample(t: float, g: int) -> GpuRecord:
+            if g == 0 and 500 <= t < end:
+                sm, util = 0.21, 80.0
+            else:
+                sm, util = (0.68, 93.0) if g == 0 else (0.7, 95.0)
+            return record(t, g, sm=sm * (1.0 + 0.02 * math.sin(7.0 * t + g)), pod=f"lora-{g}", service="lora-ft",
+                          DEV_GPU_UTIL=util)
+        return sample
+    assert run(trace(900, 2, make(584))) == []
+    found = run(trace(1000, 2, make(900)))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]

@@ -440,12 +440,14 @@ def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> N
     missed as recorded): 116 of 129 at 2 s, 103 at 5 s. Round 26 (a smooth fall back for a block is
     over): 117 at 2 s (trace e's bursty stall is judged on its own, no longer inside the stall's
     anomaly before it), 102 at 5 s (trace b's 55-s stall, under the 60-s hold, had been found only as the
-    continuation of its evaluation 15 s before, which now ends when its samples come back)."""
+    continuation of its evaluation 15 s before, which now ends when its samples come back). With af (5
+    incidents, thirty-first session): 122 of 134 at 2 s (af 5 of 5), 106 at 5 s (af 4: its bursty
+    loader's 3-s runs and waits alias with the samples)."""
     found, total, false, per = _at_interval(2.0)
-    assert (found, total, false) == (117, 129, [])
-    assert per["leak"] == 31
+    assert (found, total, false) == (122, 134, [])
+    assert per["leak"] == 32
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (102, 129, [])  # (85 of 109 before u's and x's pageable input, round 18)
+    assert (found, total, false) == (106, 134, [])  # (85 of 109 before u's and x's pageable input, round 18)
 
 
 def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
@@ -571,3 +573,14 @@ def test_trace_ae_held_out_on_an_h100_three_of_four_its_launch_phase_shorter_tha
     launch = [r.ts for r in read_trace(trace) if r.metrics.get(GPU_UTIL, 0.0) >= 15.0
               and r.metrics.get(SM_ACTIVE, 1.0) < 0.001]
     assert 55.0 <= launch[-1] - launch[0] < 60.0
+
+
+def test_trace_af_held_out_on_an_h100_five_of_five() -> None:
+    """Variant af, written in the thirtieth session before any detector saw it and recorded at the
+    thirty-first on an H100, the agent at its own intervals, scored once at its recording with that
+    session's detectors (docs/gpu-validation.md): 5 of 5, nothing on its seventeen normal phases (a
+    14-s evaluation followed by a 2-s loader blip, a 9-s checkpoint, a second blip among them). A
+    stall of 2.4 steps' wait (0.43 -> 0.06) 61 s, 12 CPU burners 57 s, a loader falling behind in
+    bursts (3 s of steps, 3 s of waits) 62 s, a leak of 0.4 GiB every 2 s 24 s, launch-bound work of
+    1,400 launches per sync 64 s. Round 26's detectors also find 5 of 5 on it."""
+    _scored("af", [], gpu="h100")
