@@ -263,7 +263,7 @@ def _die_fault(st: GpuState, fit: HbmFit, ts: float) -> bool:
     Why back: a cooling fault heats the die before the driver holds its clocks, and between the
     holds (the GPU idle, its die hotter than its power puts it, nothing flagged); an independently
     written fleet's faults taught fits, in the minute before each hold and in idle minutes between,
-    that memory traffic cools HBM (a DRAM weight of -12), and on ten GPUs the healthy work after
+    that memory traffic cools HBM (a DRAM weight of -12), and on eleven GPUs the healthy work after
     such a fault was "8-20 °C hot" for up to an hour: 23 of the 25 false HBM findings on four sets
     of its traces (docs/benchmarks.md, round 27)."""
     if not (st.reasons & THERMAL or "thermal_throttle" in st.open):

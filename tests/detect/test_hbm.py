@@ -151,8 +151,8 @@ def test_a_die_cooling_fault_teaches_the_hbm_fit_nothing() -> None:
     """The die's coolant flow fails for 20 minutes: its die runs 2.6 times hotter per watt, the driver
     holds it at its limit at lower power, and the GPU idles between (its die hot, nothing flagged).
     Learned, such faults taught an independently written fleet's fits that memory traffic cools HBM,
-    and the healthy work after them was "8-20 °C hot" for an hour (25 false findings on four sets of
-    traces, on each of the ten GPUs with one). The fit goes back to before the fault and learns nothing
+    and the healthy work after them was "8-20 °C hot" for an hour (23 false findings on four sets of
+    traces, on eleven GPUs with such a fault). The fit goes back to before the fault and learns nothing
     for a quarter of an hour after the die was last held; an HBM cooling fault after it is found."""
     phases, lengths = [(0.85, 0.28), (0.95, 0.85), (0.0, 0.0)], [900, 300, 300]
     assert _thermal(phases, 10800, phase_s=lengths, die_fault=range(3600, 5400)) == []
