@@ -422,8 +422,9 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
     does; ``WAIT``: perhaps, judged once it has lasted ``_MOVED_S``; ``found``: what the host's
     figures say of the fall, none of it host-side)."""
     lv = st.level
-    if lv.ep_mode == "step" and found is not None and found.cause == "none" and not st.evidence.serves() \
-            and lv.fast >= DEEP * lv.ep_ref and "throughput_drop" not in st.open:
+    if lv.ep_mode == "step" and lv.ep_abrupt and svc_peers and replicas(st, svc_peers) and found is not None \
+            and found.cause == "none" and not st.evidence.serves() and lv.fast >= DEEP * lv.ep_ref \
+            and "throughput_drop" not in st.open:
         # a replica known to move with its demand (ten minutes of it), still at work, with the host's
         # figures read and unchanged: what feeds it did not slow, so it is sent less. A server that
         # loses capacity with its work waiting shows it on the host (its process or container starved
@@ -433,7 +434,10 @@ def _demand_explains(st: GpuState, ts: float, cfg: DetectorConfig, svc_peers: Se
         # half of a chat replica's traffic to its peers for a minute or more, a little to each: 29 false
         # drops on chat and assist replicas in five sets of its traces (round 27). Without an inference
         # server's figures (``serves``: then its queue says whether work waited) and host figures,
-        # the step is judged as before. Decided once the host's figures have had ``_HOST_SHOWS_S`` to
+        # the step is judged as before; so is a GPU that is no replica of a service (a job whose activity
+        # varies is "step" by its behaviour too: a fresh set of that fleet lost 4 of 9 slow drifts of
+        # training jobs to a first version without the replicas), and a fall that came as a drift.
+        # Decided once the host's figures have had ``_HOST_SHOWS_S`` to
         # turn: a replica's CPU starvation read as "unchanged" 3 s into its fall, and its step was taken
         # for its new normal
         if ts - lv.ep_start < _HOST_SHOWS_S:

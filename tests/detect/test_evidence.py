@@ -294,7 +294,8 @@ def _routed(host: Host, share: float) -> list[GpuRecord]:
             demand = 0.45 + 0.12 * math.sin(2 * math.pi * s / 400.0 + 2.1 * g) + (0.03 if fallen else 0.0) * (g > 0)
             sm = demand * (share if fallen else 1.0) * (1.0 + rng.gauss(0.0, 0.06))
             rec = record(float(s), g, sm=sm, pid=100 + g, pod=f"chat-{g}", service="chat",
-                         DEV_GPU_UTIL=min(95.0, 150.0 * sm))
+                         DEV_GPU_UTIL=min(95.0, 150.0 * sm), PROF_PCIE_RX_BYTES=4e7 * sm,
+                         PROF_PCIE_TX_BYTES=1e7 * sm)  # (its requests and answers only)
             out.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
     return out
 
