@@ -32,33 +32,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.framing import Framer
 from collector.detect.engine import DetectionEngine
 from collector.ingest import DECODE_SLICE, JUDGE_SLICE, Inbound, Ingestor
 from telemetry.records import EventRecord, GpuRecord
 from telemetry.wire import Message
-from tests.support.incidents.generate import Fleet
+from tests.support.fleet_frames import fleet_messages
 
 WHOLE = 1 << 30
-
-
-def fleet_messages(nodes: int, hours: float, seed: int) -> tuple[list[Message], int]:
-    out: list[Message] = []
-    framers: dict[str, Framer] = {}
-    records = 0
-    for item in Fleet(nodes=nodes, hours=hours, seed=seed).records():
-        framer = framers.get(item.node)
-        if framer is None:
-            framer = framers[item.node] = Framer(out.append, node=item.node, instance=f"{item.node}-0001",
-                                                 window=2, keyframe_every=60)
-        if isinstance(item, EventRecord):
-            framer.add_event(item)
-        else:
-            framer.add(item)
-            records += 1
-    for framer in framers.values():
-        framer.flush()
-    return out, records
 
 
 class _Nowhere:

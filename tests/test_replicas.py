@@ -34,7 +34,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from agent.framing import Framer
 from collector import deadletter
 from collector.consumer import KafkaSource
 from collector.ingest import Inbound, Ingestor
@@ -43,9 +42,9 @@ from collector.replies import KafkaReplies
 from collector.settings import ConsumerTuning
 from collector.store import Store, positions
 from gpuwatch.collector_stack import CollectorOptions, CollectorStack
-from telemetry.records import EventRecord
 from telemetry.wire import Message
 from tests.fixtures_kafka import create_topic
+from tests.support.fleet_frames import fleet_messages
 from tests.support.incidents.generate import Fleet
 from tests.support.poll import await_until
 
@@ -63,22 +62,7 @@ def _serving_gpus() -> set[str]:
 
 def _fleet_messages() -> tuple[list[Message], int]:
     """The fleet's records as its agents would send them: one framer per node, in time order."""
-    out: list[Message] = []
-    framers: dict[str, Framer] = {}
-    records = 0
-    for item in Fleet(nodes=NODES, hours=HOURS, seed=SEED).records():
-        framer = framers.get(item.node)
-        if framer is None:
-            framer = framers[item.node] = Framer(out.append, node=item.node, instance=f"{item.node}-0001",
-                                                 window=2, keyframe_every=60)
-        if isinstance(item, EventRecord):
-            framer.add_event(item)
-        else:
-            framer.add(item)
-            records += 1
-    for framer in framers.values():
-        framer.flush()
-    return out, records
+    return fleet_messages(NODES, HOURS, SEED)
 
 
 async def _produce(bootstrap: str, messages: list[Message], topic: str = TOPIC) -> None:
