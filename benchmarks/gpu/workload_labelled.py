@@ -16,7 +16,9 @@ limit, no ECC, no reset); every incident is caused by what the workload does:
   ``throughput_drop``; ``leak`` (1 GiB more kept every 2 s) -> ``memory_leak``; ``hang`` (the
   process alive, its GPU work one kernel spinning on a single thread block, ``torch.cuda._sleep``:
   a collective waiting for a dead peer; ``hang_streams`` > 1: that many at once, each on its own
-  stream) -> ``throughput_drop``; ``jitter`` (each step waits a random, exponentially distributed
+  stream) -> ``throughput_drop``; ``capsmall`` and ``capbig`` (small, then large bf16 matmuls flat
+  out, no host half: the same power cap held at two clocks, a change of kernel mix, normal; in
+  the tools process too); ``jitter`` (each step waits a random, exponentially distributed
   time for its batch) -> ``throughput_drop``; ``h2d`` (each step first copies its batch from
   pageable host memory) -> ``throughput_drop``; then the process exits (a job stop);
 * **tools** (another new process): ``serve`` (requests at a varying rate with a burst: a
@@ -410,6 +412,30 @@ VARIANTS: dict[str, dict[str, Any]] = {
            "tools": (("launch", 68.0),),
            "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.4, "burners": 12, "leak_every_s": 2.0,
            "leak_gib": 0.4, "hiccup_run_s": 3.0, "hiccup_wait_s": 3.0, "launch_batch": 1400},
+    # "ag": the thirty-second run, written in the thirty-second session (2026-12-07) after that session's
+    # power-throttle change and scored once when recorded, at the agent's own intervals: a job that first
+    # runs small bf16 matmuls flat out (2048^2: at the power cap at about 1,815 MHz on an H200, long enough
+    # for the clock held there to be learned) and then large ones (8192^2: the same cap at about 1,455 MHz,
+    # benchmarks/gpu/power_mix.py) -- a change of kernel mix at the cap, normal -- then training with a
+    # stall of 2.2 steps' wait, 12 CPU burners, a leak of 0.4 GiB every 2 s; then a new process doing
+    # launch-bound work with 1,600 tiny kernels per sync
+    "ag": {"train": (("capsmall", 170.0), ("capbig", 50.0), ("train", 22.0), ("stall", 60.0), ("train", 20.0),
+                     ("contention", 55.0), ("train", 20.0), ("leak", 36.0)),
+           "tools": (("launch", 60.0),),
+           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.2, "burners": 12, "leak_every_s": 2.0,
+           "leak_gib": 0.4, "launch_batch": 1600},
+    # "ah": the thirty-third run, written in the same session straight after "ag" was scored, for the two
+    # flaws of that run's design (not of a detector): "ag" put the flat-out phases in the training process,
+    # so its working level was the 0.96 of a bf16 loop with no host half, and the drop its stall opened
+    # stayed open through the contention (the job never came back to 0.96); and its launch-bound phase
+    # lasted 61 s against the finding's 60-s hold. Here the flat-out phases run in their own process after
+    # the launch-bound work (78 s), and the training job has an evaluation, 12 CPU burners, a stall of 2.2
+    # steps' wait and a leak of 0.4 GiB every 2 s
+    "ah": {"train": (("train", 28.0), ("eval", 12.0), ("train", 20.0), ("contention", 58.0), ("train", 18.0),
+                     ("stall", 58.0), ("train", 18.0), ("leak", 32.0)),
+           "tools": (("launch", 78.0), ("capsmall", 158.0), ("capbig", 35.0)),
+           "gpu_s": 0.08, "cpu_s": 0.05, "stall_steps": 2.2, "burners": 12, "leak_every_s": 2.0,
+           "leak_gib": 0.4, "launch_batch": 1600},
 }
 V = VARIANTS[os.environ.get("GPUWATCH_WORKLOAD_VARIANT", "a")]
 TRAIN: tuple[tuple[str, float], ...] = V["train"]  # (phase, seconds) per job, in order
@@ -467,6 +493,7 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
     rng = random.Random(7)
     staged = torch.empty(int(V.get("h2d_gib", 0) * GIB), dtype=torch.uint8)  # pageable (not pinned)
     tiny = torch.zeros(1, device=dev)
+    small = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
     burners: list[subprocess.Popen[bytes]] = []
     # a hang of several kernels at once (variant r): one stream each; none made for one (q's path)
     streams = [torch.cuda.Stream() for _ in range(V.get("hang_streams", 1))] if V.get("hang_streams", 1) > 1 else []
@@ -511,6 +538,11 @@ def _train(marks: Path, phases: tuple[tuple[str, float], ...] = TRAIN) -> None:
                     time.sleep(0.05)
             elif phase == "blip":  # the loader's brief wait: no step for a moment (normal)
                 time.sleep(0.05)
+            elif phase in ("capsmall", "capbig"):  # flat out, no host half: at the power cap
+                m = small if phase == "capsmall" else w.detach()
+                for _ in range(16):
+                    m @ m
+                torch.cuda.synchronize()
             elif phase == "bigbatch":  # the batch grows by half: more work per step (normal)
                 gpu_work(prepare(), matmuls + max(1, matmuls // 2))
             elif phase == "smallstep":  # less work per step (shorter sequences): a lower level (normal)
@@ -564,6 +596,8 @@ def _tools(marks: Path) -> None:
     pinned = torch.empty(2 * GIB, dtype=torch.uint8).pin_memory()
     landing = torch.empty(2 * GIB, dtype=torch.uint8, device=dev)
     staged = torch.empty(int(V.get("launch_copy_mib", 0)) * 2**20, dtype=torch.uint8)  # pageable (not pinned)
+    small = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
+    large = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     for phase, seconds in TOOLS:
         mark(marks, phase)
         begin = time.time()
@@ -589,6 +623,11 @@ def _tools(marks: Path) -> None:
                 torch.cuda.synchronize()
             elif phase == "membound":
                 big.mul_(1.0001)
+                torch.cuda.synchronize()
+            elif phase in ("capsmall", "capbig"):  # flat out at the power cap, two kernel mixes
+                m = small if phase == "capsmall" else large
+                for _ in range(16):
+                    m @ m
                 torch.cuda.synchronize()
             else:  # launch-bound: one tiny kernel after another (launchcopy: and a pageable copy of its input)
                 if phase == "launchcopy":

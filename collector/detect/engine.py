@@ -474,6 +474,8 @@ class DetectionEngine:
             st.clock_base.update(ts, st.clock)
             if st.reasons & _SW_POWER_CAP and throttle.at_limit(st, power_w, limit_w):
                 st.cap_clock_base.update(ts, st.clock)
+                if st.temp is not None:
+                    st.cap_temp_base.update(ts, st.temp)
         if st.temp is not None:
             st.temp_base.update(ts, st.temp)
 

@@ -48,6 +48,7 @@ class GpuState:
     level: ActivityLevel = field(default_factory=lambda: ActivityLevel(0.0))
     clock_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))
     cap_clock_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))  # at the power cap
+    cap_temp_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))  # die there (any job)
     temp_base: RobustBaseline = field(default_factory=lambda: RobustBaseline(1800.0))
     slow_ts: float = -1e18  # when the clock and temperature baselines last learned
     sm_rel: float = 1.0  # recent SM activity / own working level, for peers to compare against

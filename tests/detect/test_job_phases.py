@@ -106,14 +106,35 @@ def test_a_new_job_holding_a_lower_clock_at_the_power_cap_is_capped_as_designed(
     """At its power cap a heavier job's kernels draw more per MHz and hold a lower clock at the same
     watts. The clock held at the cap was learned across jobs, so the next, heavier job on the GPU
     was "throttled" (9 false power throttles on a capped rack). It is learned per job now, and a
-    clock pulled well below what this job holds there is still found."""
+    clock pulled well below what this job holds there, with its die hotter at the same watts, is
+    still found."""
     def make(t: float, g: int) -> GpuRecord:
         if t < 900:
             return record(t, g, clock=1700, pid=100)
-        return record(t, g, clock=1000 if t >= 1800 else 1350, pid=101)
+        hot = t >= 1800
+        return record(t, g, clock=1000 if hot else 1350, temp=80 if hot else 70, pid=101)
     found = run(trace(2100, 1, make))
     assert kinds(found) == [("power_throttle", "GPU-n0-0")]
     assert 1800 <= found[0].start - T0 <= 1830
+    assert any("temperature 80 °C at the cap vs 70 °C" in c for c in found[0].causes)
+
+
+def test_a_batch_jobs_heavier_phase_holding_a_lower_clock_at_the_cap_is_capped_as_designed() -> None:
+    """Within one job the kernel mix sets the clock at the cap: an embedding backfill's memory-bound
+    phase held 1,870 MHz at 596 W of 600, its tensor-heavy phase 1,485 at the same watts and the
+    same die temperature (an independently written fleet: 8 false power throttles). A clock pulled
+    further than any change of mix explains is still found."""
+    def make(t: float, g: int) -> GpuRecord:
+        tensor = (t // 300) % 2 == 1
+        clock = 1485 if tensor else 1870
+        if g == 1 and t >= 1500:
+            clock = 1100  # 59% of its usual clock at the cap
+        return record(t, g, clock=clock, pid=100 + g, pod=f"etl-{g}", service="backfill",
+                      DEV_POWER_USAGE=596.0, DEV_POWER_MGMT_LIMIT=600.0,
+                      PROF_DRAM_ACTIVE=0.2 if tensor else 0.8, PROF_PIPE_TENSOR_ACTIVE=0.6 if tensor else 0.01)
+    found = run(trace(2100, 2, make))
+    assert kinds(found) == [("power_throttle", "GPU-n0-1")]
+    assert 1500 <= found[0].start - T0 <= 1530
 
 
 def _fall_together(traffic: float) -> list[Anomaly]:

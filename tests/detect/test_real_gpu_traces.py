@@ -442,12 +442,13 @@ def test_the_real_traces_hold_when_the_agent_samples_every_2_or_5_seconds() -> N
     anomaly before it), 102 at 5 s (trace b's 55-s stall, under the 60-s hold, had been found only as the
     continuation of its evaluation 15 s before, which now ends when its samples come back). With af (5
     incidents, thirty-first session): 122 of 134 at 2 s (af 5 of 5), 106 at 5 s (af 4: its bursty
-    loader's 3-s runs and waits alias with the samples)."""
+    loader's 3-s runs and waits alias with the samples). With ag (4 incidents, thirty-second session):
+    124 of 138 at 2 s, 108 at 5 s, the same two as recorded."""
     found, total, false, per = _at_interval(2.0)
-    assert (found, total, false) == (122, 134, [])
-    assert per["leak"] == 32
+    assert (found, total, false) == (124, 138, [])
+    assert per["leak"] == 33
     found, total, false, _ = _at_interval(5.0)
-    assert (found, total, false) == (106, 134, [])  # (85 of 109 before u's and x's pageable input, round 18)
+    assert (found, total, false) == (108, 138, [])  # (85 of 109 before u's and x's pageable input, round 18)
 
 
 def test_trace_v_held_out_on_an_h100_sampled_every_2_s_four_of_five() -> None:
@@ -584,3 +585,17 @@ def test_trace_af_held_out_on_an_h100_five_of_five() -> None:
     bursts (3 s of steps, 3 s of waits) 62 s, a leak of 0.4 GiB every 2 s 24 s, launch-bound work of
     1,400 launches per sync 64 s. Round 26's detectors also find 5 of 5 on it."""
     _scored("af", [], gpu="h100")
+
+
+def test_trace_ag_a_change_of_kernel_mix_at_the_power_cap_is_no_throttle() -> None:
+    """Variant ag, written in the thirty-second session after that session's power-throttle change
+    and scored once at its recording on an H200 (docs/gpu-validation.md). Its first process ran
+    2048^2 bf16 matmuls flat out for 170 s (at the 700 W cap at 1,770 MHz, 690 W, 69 °C), then
+    8192^2 ones for 50 s (the same cap at 1,455 MHz, 692 W, 68 °C): round 27's detectors reported
+    that as a power throttle ("SM clock 1455 vs 1780 held at the cap"), a false one on a normal
+    phase; a clock the mix explains (above 70% of the job's usual one at the cap, the die no hotter)
+    is capped as designed now. 2 of 4 as recorded, and the two misses are the run's design:
+    the flat-out phases set the job's working level at 0.96, so the stall's drop (found after 38 s)
+    stayed open through the contention, which never brought the job back to 0.96; and its
+    launch-bound phase lasted 61 s against the finding's 60-s hold (its utilisation 18-27%)."""
+    _scored("ag", ["contention", "launch"])
