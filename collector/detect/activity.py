@@ -98,6 +98,14 @@ _CHANGE_WINDOW_S = 180.0
 SMALL_KERNELS = 4.0
 OCCUPIED = 0.85  # a fall's utilisation at this fraction of what it was before, or more: as occupied
 _OCCUPIED_BACK_S = 10.0  # "before": this long before the fall began
+# ... or, where it only lengthens a fall's hold to DIP_MAX_S (an evaluation-like fall, not an excuse),
+# utilisation fell by less than a third as much as SM activity did (relative falls): a 16-GPU job's
+# evaluation, SM activity 0.66 -> 0.26 while utilisation went 94% -> 80% (0.85 of it, on the line: read
+# as "waits" on one sample in ten, and reported when its pod hold ran out; an independently written
+# fleet, 14 false drops at once). A job that waits leaves gaps as long as its SMs' idle time. As the
+# excuse of a step (``_explained``'s "busy", which rebases at once) it cost a 4-GPU job's slow drift
+# (SM activity 0.51 -> 0.24 with utilisation 0.69 -> 0.57), so there the plain ratio stays.
+LIGHTER = 3.0
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
 _SHARED_BACK_S = 60.0  # a peer that fell with a replica is compared with its blocks of this long before
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
@@ -154,12 +162,18 @@ def _mode(lv: ActivityLevel, svc_peers: Sequence[GpuState]) -> str:
     only in dips with calm samples (``calm``: each second's work alike, as a step loop's is,
     though its blocks wander with the speed of its input: the real H200 trace d), is taken
     for a steady job (a lone training process on a bare host: a fall is reported within
-    90 s); any other is judged by the stricter of both rules (``unsure``: only a step counts,
-    and it must last as long as a steady job's fall)."""
+    90 s); a replica of a service whose other replicas mostly move with their demand, for one
+    that does too (``step``); any other is judged by the stricter of both rules (``unsure``:
+    only a step counts, and it must last as long as a steady job's fall)."""
     if lv.steady is not None:
         if lv.steady and 2 * sum(1 for p in svc_peers if p.level.steady is False) > len(svc_peers):
             return "step"  # a replica pinned at its cap by traffic, while the service's others move with theirs
         return "steady" if lv.steady else "step"
+    if svc_peers and 2 * sum(1 for p in svc_peers if p.level.steady is False) > len(svc_peers):
+        # a young replica of a service whose others are known to move with their demand moves with its
+        # own: an assist replica 7 minutes old whose share of the traffic went to its three peers was
+        # judged by the stricter rule, and reported (an independently written fleet, 198 and 422 s)
+        return "step"
     return "steady" if (lv.tight or lv.calm) and not svc_peers else "unsure"
 
 
@@ -530,7 +544,7 @@ def _explained(st: GpuState, cfg: DetectorConfig) -> str | None:
     return None
 
 
-def _occupied(st: GpuState, cfg: DetectorConfig) -> bool:
+def _occupied(st: GpuState, cfg: DetectorConfig, relative: bool = False) -> bool:
     """A step of a workload whose activity varies, while the GPU stays as occupied as before the fall
     (utilisation, the time a kernel is resident, at ``OCCUPIED`` of what it was or more) and only SM
     activity fell: lighter kernels, another phase of the same work (an evaluation pass of a training
@@ -541,10 +555,17 @@ def _occupied(st: GpuState, cfg: DetectorConfig) -> bool:
     76%; 0.78 -> 0.40 at 96%)."""
     lv = st.level
     before = util_at(st, lv.ep_start - lv.ep_lead - _OCCUPIED_BACK_S)
-    if before is None or st.util_slow < OCCUPIED * before or st.util_slow < 0.3 or hung(st, cfg):
-        return False
     ref = lv.ep_ref or lv.level
-    return ref > 0 and st.sm_slow <= 0.7 * ref
+    if before is None or before <= 0 or ref <= 0 or st.util_slow < 0.3 or hung(st, cfg):
+        return False
+    kept, sm_kept = st.util_slow / before, st.sm_slow / ref
+    if relative:
+        # the fall's depth, not where its slow mean is now: a fine-tune's 94-s evaluation was reported as
+        # its samples came back (its slow mean at 0.71 of its level, no longer "fell", on the way up)
+        sm_kept = min(sm_kept, lv.episode_depth())
+    if kept < OCCUPIED and not (relative and (1.0 - kept) * LIGHTER <= 1.0 - sm_kept):
+        return False  # utilisation fell with SM activity: gaps between kernels, work waited for
+    return sm_kept <= 0.7
 
 
 def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence[GpuState],
@@ -663,7 +684,9 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     unexcused = lv.unexcused(ts)
     if unexcused - (0.0 if hold == cfg.steady_hold_s else lv.ep_lead) < hold:
         return None
-    evaluation = lv.ep_abrupt and not waits and _occupied(st, cfg)  # (asked only once the hold is past)
+    # (asked only once the hold is past; ``relative``: this only lengthens the hold, to DIP_MAX_S, and
+    # reads the fall's depth)
+    evaluation = lv.ep_abrupt and not waits and _occupied(st, cfg, relative=True)
     if evaluation and lv.ep_mode != "step" and unexcused - lv.ep_lead < DIP_MAX_S:
         return None
     # every GPU of the pod at once is what an evaluation or a checkpoint looks like, unless the job's

@@ -282,10 +282,11 @@ def test_a_pod_at_its_cpu_limit_all_along_is_not_starved_by_it_after_a_pause() -
     assert _drops(run(recs)) == []
 
 
-def _routed(host: Host, share: float) -> list[GpuRecord]:
+def _routed(host: Host, share: float, restart: int | None = None) -> list[GpuRecord]:
     """Three replicas of a chat service, each following its own demand (out of phase: sticky sessions,
     prefix-aware routing), for 33 minutes; from 1500 s to 1680 s replica 0 is sent ``share`` of its
-    traffic (the router moved the rest to the others, a little to each), ``host`` read beside it."""
+    traffic (the router moved the rest to the others, a little to each), ``host`` read beside it.
+    ``restart``: replica 0's process is replaced then (a new pid: a young replica)."""
     rng = random.Random(11)
     out = []
     for s in range(2000):
@@ -293,7 +294,8 @@ def _routed(host: Host, share: float) -> list[GpuRecord]:
             fallen = g == 0 and 1500 <= s < 1680
             demand = 0.45 + 0.12 * math.sin(2 * math.pi * s / 400.0 + 2.1 * g) + (0.03 if fallen else 0.0) * (g > 0)
             sm = demand * (share if fallen else 1.0) * (1.0 + rng.gauss(0.0, 0.06))
-            rec = record(float(s), g, sm=sm, pid=100 + g, pod=f"chat-{g}", service="chat",
+            pid = 200 if g == 0 and restart is not None and s >= restart else 100 + g
+            rec = record(float(s), g, sm=sm, pid=pid, pod=f"chat-{g}", service="chat",
                          DEV_GPU_UTIL=min(95.0, 150.0 * sm), PROF_PCIE_RX_BYTES=4e7 * sm,
                          PROF_PCIE_TX_BYTES=1e7 * sm)  # (its requests and answers only)
             out.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
@@ -309,4 +311,14 @@ def test_a_replica_sent_less_with_its_host_unchanged_is_not_lost_capacity() -> N
     reported."""
     assert _drops(run(_routed(_unchanged, 0.55))) == []
     drops = _drops(run(_routed(_throttled, 0.55)))
+    assert len(drops) == 1 and drops[0].gpu == "GPU-n0-0" and any("CPU-throttled" in c for c in drops[0].causes)
+
+
+def test_a_young_replica_of_a_service_that_moves_with_its_demand_is_judged_as_one() -> None:
+    """A replica 7 minutes old has no ten minutes of behaviour to say it moves with its demand, and was
+    judged by the stricter rule of a GPU whose kind is unknown: an assist replica whose share of the
+    traffic went to its three peers was reported, and stayed so for 7 minutes (an independently written
+    fleet). Its service's other replicas are known to: so is it. Its CPU-throttled step is still found."""
+    assert _drops(run(_routed(_unchanged, 0.55, restart=1080))) == []
+    drops = _drops(run(_routed(_throttled, 0.55, restart=1080)))
     assert len(drops) == 1 and drops[0].gpu == "GPU-n0-0" and any("CPU-throttled" in c for c in drops[0].causes)

@@ -56,6 +56,17 @@ def test_an_evaluation_that_keeps_the_pods_gpus_occupied_is_quiet_past_the_pods_
     assert sorted(kinds(waiting)) == [("throughput_drop", f"GPU-n0-{g}") for g in range(4)]
 
 
+def test_a_pods_evaluation_whose_utilisation_fell_far_less_than_its_sm_activity_is_quiet() -> None:
+    """A 16-GPU job's 3-minute evaluation: SM activity 0.7 -> 0.26 while utilisation went 97% -> 82%,
+    0.85 of it: on the line of "as occupied as before", so one sample in ten read as waiting and the
+    fall was reported when the pod's 150-s hold ran out (an independently written fleet: 14 false
+    drops at once). Utilisation fell by a sixth of what SM activity did: lighter kernels, back to
+    back. A fall whose utilisation follows its SM activity (to 45%) is still reported."""
+    assert _pod((600, 790), WORK, sm=0.26, util=82) == []
+    waiting = _pod((600, 790), WORK, sm=0.26, util=45)
+    assert sorted(kinds(waiting)) == [("throughput_drop", f"GPU-n0-{g}") for g in range(4)]
+
+
 def _lone(fall: tuple[int, int], sm: float, util: float) -> list[Anomaly]:
     a, b = fall
 
@@ -334,3 +345,27 @@ def test_a_fine_tune_sharing_its_service_whose_evaluation_ends_at_the_hold_is_no
     assert run(trace(900, 2, make(584))) == []
     found = run(trace(1000, 2, make(900)))
     assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+
+
+def test_a_fine_tunes_evaluation_a_few_seconds_past_the_hold_is_not_reported_as_it_comes_back() -> None:
+    """The same fine-tunes (round 28): an evaluation of 94 s (0.25 against a 0.59 level at 68% utilisation
+    against 80%) whose samples came back 4 s past the 90-s hold. Its fall had been read as an
+    evaluation (the GPU as occupied as before, its SM activity well down), but on its way back up its
+    slow mean passed 0.7 of the level, so the fall no longer read as one, and it was reported as it
+    ended (six such findings on a fresh set of that fleet's traces). The fall's depth decides that
+    now, not its slow mean. The same evaluation going on for six minutes is still found."""
+    def make(end: int):  # type: ignore[no-untyped-def]
+        def sample(t: float, g: int) -> GpuRecord:
+            if g == 0 and 500 <= t < end:
+                sm, util = 0.25, 68.0
+            elif g == 0 and t >= end:
+                sm, util = 0.66, 80.0  # back a little above its level (real samples: 0.61-0.64 against 0.59)
+            else:
+                sm, util = (0.59, 80.0) if g == 0 else (0.6, 82.0)
+            return record(t, g, sm=sm * (1.0 + 0.02 * math.sin(7.0 * t + g)), pod=f"lora-{g}", service="lora-ft",
+                          DEV_GPU_UTIL=util)
+        return sample
+    assert run(trace(900, 2, make(594))) == []
+    found = run(trace(1100, 2, make(1000)))
+    assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
+    assert 500 + 90 < found[0].start - T0 <= 500 + 310
