@@ -324,6 +324,23 @@ def test_an_evaluation_that_ends_just_before_a_hiccup_is_over_and_not_reported()
     assert 596 + 90 < found[0].start - T0 <= 596 + 300
 
 
+def _fine_tunes(seconds: int, end: int, fallen: tuple[float, float], at_work: tuple[float, float],
+                back: tuple[float, float] | None = None) -> list[Anomaly]:
+    """Two LoRA fine-tunes sharing one service; GPU 0 reads ``fallen`` (SM activity, utilisation %)
+    over [500, ``end``) (its evaluation), ``back`` after it (default: as at work), ``at_work`` before;
+    GPU 1 works at 0.7 or so throughout."""
+    def sample(t: float, g: int) -> GpuRecord:
+        if g == 0 and 500 <= t < end:
+            sm, util = fallen
+        elif g == 0 and t >= end and back is not None:
+            sm, util = back
+        else:
+            sm, util = at_work if g == 0 else (at_work[0] + 0.01, at_work[1] + 2.0)
+        return record(t, g, sm=sm * (1.0 + 0.02 * math.sin(7.0 * t + g)), pod=f"lora-{g}", service="lora-ft",
+                      DEV_GPU_UTIL=util)
+    return run(trace(seconds, 2, sample))
+
+
 def test_a_fine_tune_sharing_its_service_whose_evaluation_ends_at_the_hold_is_not_reported() -> None:
     """Found on an independently written fleet (round 27): LoRA fine-tunes of several teams share one
     service, so each is judged as a replica whose kind its first ten minutes do not yet tell
@@ -333,17 +350,8 @@ def test_a_fine_tune_sharing_its_service_whose_evaluation_ends_at_the_hold_is_no
     (20 such findings on five sets of its traces). Samples back for a block end an abrupt, smooth fall
     of a job of any kind but a known demand-driven replica, not only of a known steady job. The same
     fall going on is still found."""
-    def make(end: int):  # type: ignore[no-untyped-def]
-        def sample(t: float, g: int) -> GpuRecord:
-            if g == 0 and 500 <= t < end:
-                sm, util = 0.21, 80.0
-            else:
-                sm, util = (0.68, 93.0) if g == 0 else (0.7, 95.0)
-            return record(t, g, sm=sm * (1.0 + 0.02 * math.sin(7.0 * t + g)), pod=f"lora-{g}", service="lora-ft",
-                          DEV_GPU_UTIL=util)
-        return sample
-    assert run(trace(900, 2, make(584))) == []
-    found = run(trace(1000, 2, make(900)))
+    assert _fine_tunes(900, 584, (0.21, 80.0), (0.68, 93.0)) == []
+    found = _fine_tunes(1000, 900, (0.21, 80.0), (0.68, 93.0))
     assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
 
 
@@ -354,18 +362,8 @@ def test_a_fine_tunes_evaluation_a_few_seconds_past_the_hold_is_not_reported_as_
     slow mean passed 0.7 of the level, so the fall no longer read as one, and it was reported as it
     ended (six such findings on a fresh set of that fleet's traces). The fall's depth decides that
     now, not its slow mean. The same evaluation going on for six minutes is still found."""
-    def make(end: int):  # type: ignore[no-untyped-def]
-        def sample(t: float, g: int) -> GpuRecord:
-            if g == 0 and 500 <= t < end:
-                sm, util = 0.25, 68.0
-            elif g == 0 and t >= end:
-                sm, util = 0.66, 80.0  # back a little above its level (real samples: 0.61-0.64 against 0.59)
-            else:
-                sm, util = (0.59, 80.0) if g == 0 else (0.6, 82.0)
-            return record(t, g, sm=sm * (1.0 + 0.02 * math.sin(7.0 * t + g)), pod=f"lora-{g}", service="lora-ft",
-                          DEV_GPU_UTIL=util)
-        return sample
-    assert run(trace(900, 2, make(594))) == []
-    found = run(trace(1100, 2, make(1000)))
+    back = (0.66, 80.0)  # a little above its level (real samples: 0.61-0.64 against 0.59)
+    assert _fine_tunes(900, 594, (0.25, 68.0), (0.59, 80.0), back) == []
+    found = _fine_tunes(1100, 1000, (0.25, 68.0), (0.59, 80.0), back)
     assert kinds(found) == [("throughput_drop", "GPU-n0-0")]
     assert 500 + 90 < found[0].start - T0 <= 500 + 310
