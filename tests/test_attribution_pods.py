@@ -13,6 +13,7 @@ import pytest
 from kubernetes.client import Configuration
 
 from agent.attribution.pods import PodCache, PodInfo, derive_service, pod_from_api
+from telemetry.pods import deployment_pod
 from tests.fakes.kube_api import FakeKubeApi, load_recording
 from tests.support.poll import wait_until
 
@@ -231,3 +232,17 @@ def test_pod_from_api_keeps_the_ip_of_a_running_pod_and_only_gpuwatch_annotation
     obj["status"]["phase"] = "Pending"
     pending = pod_from_api(obj)
     assert pending is not None and pending.pod_ip is None  # nothing answers there yet
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("embed-bge-5nh9wtdnmq-vhxlg", True),  # <deployment>-<pod-template-hash>-<suffix>
+    ("chat-70b-cbm9hzspt-7zqpx", True),
+    ("lora-code-7085-mtmcp", False),  # a Job's pod: <job>-<suffix> (7085: 0 is not in the alphabet)
+    ("lora-legal-8266-bgnl9", False),  # (8266 is, but a template hash is 6 to 10 characters)
+    ("sft-gemma-8b-502-worker-0", False),  # a StatefulSet's or a training operator's
+    ("web-5d8f7c9b4-aeiou", False),  # vowels: not generated
+    ("", False),
+    (None, False),
+])
+def test_a_deployments_pod_is_told_by_its_generated_name(name: str | None, expected: bool) -> None:
+    assert deployment_pod(name) is expected

@@ -19,7 +19,6 @@ import copy
 import json
 import logging
 import random
-import re
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import urllib3
 
+from telemetry.pods import GENERATED_SUFFIX
 from telemetry.ratelimit import RateLimitedLog
 
 if TYPE_CHECKING:
@@ -46,8 +46,6 @@ POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 # The pod's own annotations to gpuwatch (e.g. gpuwatch.io/scrape-port, agent.inference.targets);
 # only these are kept: others can be large (kubectl's last-applied-configuration).
 GPUWATCH_ANNOTATION_PREFIX = "gpuwatch.io/"
-# The alphabet Kubernetes uses for generated name suffixes (rand.SafeEncodeString).
-_GENERATED_SUFFIX = re.compile(r"^(?P<base>.+)-[bcdfghjklmnpqrstvwxz2456789]{5,10}$")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -122,7 +120,7 @@ def _controller(owner_references: object) -> tuple[str, str] | None:
 def _strip_template_hash(replicaset: str, template_hash: str | None) -> str:
     if template_hash and replicaset.endswith("-" + template_hash):
         return replicaset[: -len(template_hash) - 1]
-    match = _GENERATED_SUFFIX.match(replicaset)
+    match = GENERATED_SUFFIX.match(replicaset)
     return match.group("base") if match else replicaset
 
 

@@ -83,6 +83,7 @@ from collector.detect.level import (
 from collector.detect.state import GpuState
 from telemetry.clocks import BRAKE, POWER, THERMAL, names
 from telemetry.keys import SM_ACTIVE
+from telemetry.pods import deployment_pod
 
 RECOVERED = 0.75  # a peer (or a pod's other GPUs) above this fraction of its level has not fallen
 BAND = 0.05  # a fall ends when activity is back this far above the ratio that started it
@@ -290,6 +291,19 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, replicated: 
             if waited is not None:
                 lv.start_episode(waited, ref, "steady", True, lead=ts - waited, waits=True, fallen=cfg.drop_ratio)
                 return True
+    if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread and lv.pause[1] >= ts - _STEP_S \
+            and lv.worked_within(ts, _STEP_S) >= cfg.drop_ratio * ref:
+        # low since a pause ended (a checkpoint's barrier: kernels resident and SMs idle, closed as launch-bound
+        # work when the job's kernels came back, its work not back): the pause explained itself, not what came
+        # after it. An independently written fleet's 7-GPU pod went from a rank-0 checkpoint's barrier into an
+        # input stall of 6 minutes (SM activity 0.2 of its level, its loaders asleep and blocked on storage)
+        # and, rising from the barrier's 0.01, was never judged. Judged from the pause's start when the host
+        # names a cause (an evaluation after a checkpoint names none, and is left to the pod's rhythm as before)
+        since = lv.pause[0]
+        found = verdict(st, since, ts)
+        if found is not None and found.host_side and not _awaits_requests(st, found, replicated):
+            lv.start_episode(since, ref, "steady", True, lead=ts - since, fallen=cfg.drop_ratio)
+            return True
     if mode == "steady":
         return False
     if lv.cusum < CUSUM_H or not lv.cusum_n:
@@ -417,9 +431,20 @@ def _awaits_requests(st: GpuState, found: Verdict | None, replicated: bool) -> b
     to a thin online stream reported as drops (47 of 108 false drops over 12 traces): asleep 75%
     of the time after, 15% before. Only for a service seen with replicas that exchange no data
     (``replicated``, the engine's memory of ``replicas``; the replica may be alone for now): the
-    pods of a job spread over nodes wait on their input together, and a lone job is no server."""
-    return (replicated and found is not None and found.cause == "input" and found.asleep and not found.io
-            and replicas(st, ()))
+    pods of a job spread over nodes wait on their input together, and a lone job is no server.
+
+    A Deployment's pod (``deployment_pod``) is a server by how it was made, whether or not other
+    replicas were seen lately (an embedding service ran one replica for an hour; each fall of its
+    traffic was reported). Its process merely running less (``Verdict.quieter``) says so too: its
+    loop wakes for fewer requests without sleeping ``ASLEEP`` of the time. Not for other pods:
+    one-GPU fine-tunes share a service label and exchange no data as replicas do, and a fine-tune
+    whose input path slows sleeps more and runs less in just that way."""
+    if found is None or not replicas(st, ()):
+        return False
+    server = deployment_pod(st.pod)
+    if found.cause == "input":
+        return (replicated or server) and found.asleep and not found.io
+    return server and found.cause == "none" and found.quieter
 
 
 def replicas(st: GpuState, svc_peers: Sequence[GpuState]) -> bool:
@@ -617,7 +642,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
                          fallen=lv.ep_fallen)
         return None
     if why is not None:
-        lv.end_episode()
+        lv.end_episode(paused=why == "launch")
         return None
     # an anomaly still open from a fall that recovered seconds ago is not this fall's: it closes, and
     # this one is judged on its own (the real H200 trace d: contention 12 s after a reported stall)

@@ -70,6 +70,9 @@ DEMAND_FELL: Final = 0.6  # requests per second at or under this fraction of bef
 _ROSE: Final = 0.15  # a share that rose this much over before changed with the fall
 ALONE: Final = 0.85  # the busiest thread does this share of the process's CPU: it works alone
 SHARED: Final = 0.6  # ... where before it did less than this share of it
+QUIETER: Final = 0.85  # the process's threads awake this share of what they were, or less: it has less to do
+QUIETER_CPU: Final = 0.9  # ... and its CPU this share of what it was, or less
+_NOISE: Final = 0.05  # a share that moved less than this did not move
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class Verdict:
     since: float = 0.0  # the start of the fall it was weighed for
     asleep: bool = False  # (``input``) the feeding thread sleeps: it waits for its input, not a write
     io: bool = False  # (``input``) threads blocked on I/O, or the node's I/O pressure rose: storage is slow
+    quieter: bool = False  # (``none``) the process ran less since the fall: awake less, on fewer cores
 
     @property
     def host_side(self) -> bool:
@@ -161,7 +165,25 @@ class Evidence:
             if found is not None:
                 return Verdict(found.cause, found.text, since, found.asleep, found.io)
         return Verdict("none", "no host-side cause found: the process's CPU, its container's throttling and the "
-                               "node's pressure did not change with the fall", since)
+                               "node's pressure did not change with the fall", since, quieter=self._quieter(since, ts))
+
+    def _quieter(self, since: float, ts: float) -> bool:
+        """Whether the process ran less since the fall than before it, with nothing it waits for:
+        its threads awake ``QUIETER`` as much as before or less, and on ``QUIETER_CPU`` of its cores.
+
+        Why: a server with fewer requests has less to do on its host too: it tokenizes, batches and
+        schedules less, and its event loop sleeps waiting for the next request. A server that lost
+        capacity while requests waited keeps its threads at work (they wait for a CPU: contention or
+        throttling, weighed before this; or spin on a slower GPU). An independently written fleet's
+        embedding and chat replicas whose share of the traffic fell (their loops awake 0.83 -> 0.40
+        and 0.63 -> 0.52 of the time, their CPU 1.1 -> 0.6 and 0.85 -> 0.67 cores) read as "no cause"
+        only because the loop's sleep stayed under ``ASLEEP``, which is about a job's loader."""
+        s_before, s_now = self.windows(k.PROCESS_SLEEPING_RATIO, since, ts)
+        c_before, c_now = self.windows(k.PROCESS_CPU_CORES, since, ts)
+        if s_before is None or s_now is None or not c_before or c_now is None:
+            return False
+        awake_less = 1.0 - s_now <= QUIETER * (1.0 - s_before) and s_now >= s_before + _NOISE
+        return awake_less and c_now <= QUIETER_CPU * c_before
 
     # ---- the causes, each None when its evidence is absent or unchanged ----
     def _demand(self, since: float, ts: float, fell: str) -> Verdict | None:

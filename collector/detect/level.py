@@ -133,7 +133,7 @@ class ActivityLevel:
                  "dips", "ep_abrupt", "ep_back", "ep_blocks", "ep_dsum", "ep_excused", "ep_fallen", "ep_lead",
                  "ep_mode", "ep_n", "ep_prev", "ep_ref", "ep_reported", "ep_runs", "ep_start", "ep_sum", "ep_up",
                  "ep_waits", "fast", "fast_ts", "fb_level", "held", "incident", "jitter", "last", "level", "noise",
-                 "noises", "phase_ts", "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means",
+                 "noises", "pause", "phase_ts", "plateau_blocks", "rebase_ts", "recent", "recent_max", "recent_means",
                  "samples", "since", "slow", "sorted", "spread", "steady", "tight", "zero_since")
 
     def __init__(self, since: float) -> None:
@@ -145,6 +145,7 @@ class ActivityLevel:
         self.zero_since = -1.0  # since when no SM activity at all was read (-1: there is some)
         self.rebase_ts = since  # blocks that ended before this are not where a step is judged from
         self.incident = (0.0, 0.0)  # the last reported fall (start, end): its blocks are no level to step from
+        self.pause = (-1e18, -1e18)  # the last fall closed before its work came back (start, last block's end)
         self.jitter = 0.0  # mean absolute change between successive samples
         self.cusum = 0.0
         self.cusum_since = 0.0
@@ -345,6 +346,7 @@ class ActivityLevel:
         self.phase_ts = ts
         self.rebase_ts, self._anchor, self._at = ts, -1.0, (-1.0, 0.0)  # nor is a step judged from the old job's blocks
         self.end_episode()
+        self.pause = (-1e18, -1e18)
 
     def _derive(self) -> None:
         values = self.sorted
@@ -543,6 +545,12 @@ class ActivityLevel:
         self._anchor, self._at = -1.0, (-1.0, 0.0)
         self.end_episode()
 
+    def worked_within(self, ts: float, seconds: float) -> float:
+        """The highest block mean of the last ``seconds``, or, where a pause (``pause``) ended within
+        them, of the ``seconds`` before the pause began and since."""
+        start, end = self.pause
+        return self.high_within(ts, seconds if end < ts - seconds else ts - start + seconds)
+
     def high_within(self, ts: float, seconds: float) -> float:
         """The highest block mean of the last ``seconds`` (0 without one)."""
         best = 0.0
@@ -674,7 +682,7 @@ class ActivityLevel:
         self.ep_n += 1
 
     def end_episode(self, ts: float | None = None, learn_dip: bool = False, dip_max_s: float = 0.0,
-                    reported: bool = False) -> None:
+                    reported: bool = False, paused: bool = False) -> None:
         """Close the fall being judged; one that recovered within ``dip_max_s`` is remembered as a
         dip: its typical depth (the median of its blocks', so a checkpoint running into an
         evaluation is remembered by the longer part), how long it lasted, and whether it was
@@ -689,6 +697,11 @@ class ActivityLevel:
         if learn_dip and ts is not None and self.ep_n and DIP_MIN_S <= ts - self.ep_start <= dip_max_s:
             depth = _median(self.ep_blocks) if self.ep_blocks else self.ep_sum / self.ep_n / self.ep_ref
             self.dips.append((self.ep_start, depth, ts - self.ep_start, self.bursty(), reported))
+        if self.ep_ref:
+            # ``paused``: closed by what explains it (a barrier's spin read as launch-bound work) with the work
+            # not back: what follows it steps from the work before it (``ActivityLevel.worked_within``)
+            self.pause = (self.ep_start, self.recent[-1][0] if self.recent else self.ep_start) \
+                if paused and self.ep_up < 0 else (-1e18, -1e18)
         held, self.held = self.held, []
         if self.ep_up >= 0 and ts is not None:
             for block in held:  # it recovered: the work since it came back is the job's

@@ -25,9 +25,10 @@ Host = Callable[[float, bool], dict[str, float]]  # (t, fallen) -> host/server r
 
 
 def _job(host: Host, *, fall_to: float = 0.3, seconds: int = 480, replicas: int = 1,
-         noise: float = 0.02) -> list[GpuRecord]:
+         noise: float = 0.02, pod: str | None = None) -> list[GpuRecord]:
     """A lone job (or ``replicas`` replicas of one service, one pod each) at 0.8 SM activity
-    whose GPU 0 falls to ``fall_to`` at FALL_AT, with ``host`` readings beside each sample."""
+    whose GPU 0 falls to ``fall_to`` at FALL_AT, with ``host`` readings beside each sample;
+    ``pod``: GPU 0's pod's name."""
     rng = random.Random(7)
     out = []
     for s in range(seconds):
@@ -36,8 +37,9 @@ def _job(host: Host, *, fall_to: float = 0.3, seconds: int = 480, replicas: int 
             sm = (fall_to if fallen else 0.8) * (1.0 + rng.gauss(0.0, noise))
             # utilisation falls with SM activity: the GPU waits between kernels (at 90% as before, the
             # GPU as occupied as it was, the fall would be another phase of the job's work: test_job_phases)
-            rec = record(float(s), g, sm=sm, pid=100 + g, pod=f"pod-{g}", DEV_GPU_UTIL=min(90.0, 112.0 * sm),
-                         PROF_PCIE_RX_BYTES=4e8 * sm)
+            rec = record(float(s), g, sm=sm, pid=100 + g, pod=pod if pod and g == 0 else f"pod-{g}",
+                         DEV_GPU_UTIL=min(90.0, 112.0 * sm), PROF_PCIE_RX_BYTES=4e8 * sm,
+                         PROF_PCIE_TX_BYTES=4e7 * sm)
             out.append(replace(rec, metrics={**rec.metrics, **host(float(s), fallen)}))
     return out
 
@@ -322,3 +324,31 @@ def test_a_young_replica_of_a_service_that_moves_with_its_demand_is_judged_as_on
     assert _drops(run(_routed(_unchanged, 0.55, restart=1080))) == []
     drops = _drops(run(_routed(_throttled, 0.55, restart=1080)))
     assert len(drops) == 1 and drops[0].gpu == "GPU-n0-0" and any("CPU-throttled" in c for c in drops[0].causes)
+
+
+def _quieter(t: float, fallen: bool) -> dict[str, float]:
+    # an embedding server flat out for a batch client, then a thin online stream: its loop awake 0.83 of
+    # the time before and 0.42 after, on half the cores, and nothing it waits for (an independently
+    # written fleet's embed-bge replicas: 0.17 -> 0.60 asleep, 1.12 -> 0.54 cores)
+    return {k.PROCESS_SLEEPING_RATIO: 0.58 if fallen else 0.17, k.PROCESS_CPU_CORES: 0.55 if fallen else 1.1,
+            k.PROCESS_BUSIEST_THREAD_RATIO: 0.4 if fallen else 0.8, k.NODE_PRESSURE_CPU_WAITING_RATIO: 0.0,
+            k.PROCESS_RUNQUEUE_WAIT_CORES: 0.002, k.CONTAINER_CPU_THROTTLED_RATIO: 0.0}
+
+
+def test_a_deployments_pod_whose_process_runs_less_with_its_fall_is_sent_less() -> None:
+    """An independently written fleet's embedding service, one or two replicas at a time, ran flat out
+    for its batch clients and fell to a thin stream when they left: its loop awake half as much, on half
+    the cores, and nothing it waits for. It sleeps 58% of the time, under the 60% that names a job's
+    wait for its input, so it read as no cause and was reported for 7 to 12 minutes (16 of 49 false
+    drops over 18 traces). A Deployment's pod (``telemetry.pods.deployment_pod``) is a server: its
+    process running less with its fall is its demand. A Job's pod that falls so (a fine-tune whose input
+    path slowed, sleeping more in just this way) is still reported, and so is the server's fall with its
+    host contended."""
+    server = "embed-bge-5nh9wtdnmq-vhxlg"
+    assert _drops(run(_job(_quieter, pod=server))) == []
+    job = _drops(run(_job(_quieter, pod="lora-code-7085-mtmcp")))
+    assert len(job) == 1 and job[0].gpu == "GPU-n0-0"
+    # its loop asleep most of the time, alone in its service (no replica seen for an hour): the same
+    assert _drops(run(_job(_input, pod=server))) == []
+    starved = _drops(run(_job(_contention, pod=server)))
+    assert len(starved) == 1 and any("host CPU contention" in c for c in starved[0].causes)
