@@ -292,13 +292,16 @@ def _start(st: GpuState, ts: float, cfg: DetectorConfig, mode: str, replicated: 
                 lv.start_episode(waited, ref, "steady", True, lead=ts - waited, waits=True, fallen=cfg.drop_ratio)
                 return True
     if fast < cfg.drop_ratio * ref and ref - fast >= 4.0 * lv.spread and lv.pause[1] >= ts - _STEP_S \
-            and lv.worked_within(ts, _STEP_S) >= cfg.drop_ratio * ref:
+            and lv.worked_within(ts, _STEP_S) >= cfg.drop_ratio * ref and st.util_slow < SMALL_KERNELS * st.sm_slow:
         # low since a pause ended (a checkpoint's barrier: kernels resident and SMs idle, closed as launch-bound
         # work when the job's kernels came back, its work not back): the pause explained itself, not what came
         # after it. An independently written fleet's 7-GPU pod went from a rank-0 checkpoint's barrier into an
         # input stall of 6 minutes (SM activity 0.2 of its level, its loaders asleep and blocked on storage)
         # and, rising from the barrier's 0.01, was never judged. Judged from the pause's start when the host
-        # names a cause (an evaluation after a checkpoint names none, and is left to the pod's rhythm as before)
+        # names a cause (an evaluation after a checkpoint names none, and is left to the pod's rhythm as before),
+        # and only once kernels are no longer resident far beyond the SMs' work (the pause's spin is over): a
+        # launch-bound phase that goes on is no pause that ended (a fine-tune's 20 minutes of tiny kernels were
+        # reported five times by a first version)
         since = lv.pause[0]
         found = verdict(st, since, ts)
         if found is not None and found.host_side and not _awaits_requests(st, found, replicated):

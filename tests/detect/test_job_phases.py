@@ -405,3 +405,25 @@ def test_an_input_stall_that_follows_a_checkpoints_barrier_is_judged() -> None:
     found = _after_barrier()
     assert sorted(a.gpu for a in found) == [f"GPU-n0-{g}" for g in range(4)]
     assert all(670 < a.start - T0 <= 670 + 180 for a in found)
+
+
+def test_a_launch_bound_phase_that_goes_on_is_no_pause_that_ended() -> None:
+    """A one-GPU fine-tune at 0.74 enters 20 minutes of tiny kernels (utilisation 87%, SM activity 0.005),
+    its one Python thread busy: a launch-bound finding, no drop. A first version of the pause rule above
+    took each moment the launch-bound reading wavered for the end of a pause, and reported the phase as a
+    fall five times."""
+    from dataclasses import replace as _replace
+
+    from telemetry import keys as k
+
+    def make(t: float, g: int) -> GpuRecord:
+        tiny = 600 <= t < 1800
+        rec = record(t, g, sm=0.003 + 0.004 * ((int(t) * 7) % 3) / 2 if tiny else 0.74, pid=100,
+                     DEV_GPU_UTIL=80 + (int(t) * 13) % 16 if tiny else 95, PROF_DRAM_ACTIVE=5e-5 if tiny else 0.3,
+                     PROF_PCIE_TX_BYTES=6e7 if tiny else 2e7, PROF_PCIE_RX_BYTES=2e8 if tiny else 1e8)
+        host = {k.PROCESS_BUSIEST_THREAD_RATIO: 0.99 if tiny else 0.9, k.PROCESS_CPU_CORES: 1.02 if tiny else 1.6,
+                k.PROCESS_SLEEPING_RATIO: 0.002 if tiny else 0.05}
+        return _replace(rec, metrics={**rec.metrics, **host})
+    found = run(trace(2000, 1, make))
+    assert "launch_bound" in [a.kind for a in found]
+    assert [a for a in found if a.kind == "throughput_drop"] == []
