@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes.client import Configuration
 
 from agent.attribution.pods import PodCache, PodInfo, derive_service, pod_from_api
@@ -246,3 +248,13 @@ def test_pod_from_api_keeps_the_ip_of_a_running_pod_and_only_gpuwatch_annotation
 ])
 def test_a_deployments_pod_is_told_by_its_generated_name(name: str | None, expected: bool) -> None:
     assert deployment_pod(name) is expected
+
+
+@given(st.one_of(st.none(), st.text(max_size=300)))
+def test_any_pod_name_is_read_without_error(name: str | None) -> None:
+    """A pod name comes from the agent's records: whatever it holds, the answer is a bool, and a name
+    that is not ``<base>-<6 to 10 safe characters>-<5 safe characters>`` is no Deployment's."""
+    got = deployment_pod(name)
+    assert isinstance(got, bool)
+    if got:
+        assert name is not None and len(name.rsplit("-", 2)) == 3
