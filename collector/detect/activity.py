@@ -107,6 +107,7 @@ _OCCUPIED_BACK_S = 10.0  # "before": this long before the fall began
 # excuse of a step (``_explained``'s "busy", which rebases at once) it cost a 4-GPU job's slow drift
 # (SM activity 0.51 -> 0.24 with utilisation 0.69 -> 0.57), so there the plain ratio stays.
 LIGHTER = 3.0
+EVAL_LATCH_S = 20.0  # a fall judged evaluation-like stays so this long after its last sample to say so
 _SAME_TIME_S = 10.0  # a straggler is judged against its peers' readings of (about) the same moment
 _SHARED_BACK_S = 60.0  # a peer that fell with a replica is compared with its blocks of this long before
 _STEP_S = 30.0  # a step falls within this long; peers are compared with it this long after it began
@@ -694,7 +695,13 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         return _finding(st, ts, cfg, pod_peers, svc_peers, False)
     depth = lv.episode_depth()
     # a host-side cause says what an evaluation pass (a smooth fall) would not: the job waits
-    waits = depth <= DEEP or lv.ep_waits or lv.bursty() or (found is not None and found.host_side)
+    # (a deep fall whose GPU stays as occupied as before waits for nothing: a one-GPU fine-tune's
+    # evaluation went to 0.29 of its level at 0.87 of its utilisation, and was reported as a wait
+    # after 60 s; a job starved of input leaves its GPU empty between kernels as long as it waits.
+    # Not while it copies host to device: copies keep utilisation up with little SM work, and the
+    # real H200 trace u's input over PCIe, read every 10 s, was held as an evaluation and lost)
+    waits = (depth <= DEEP and not (st.h2d_since < 0 and _occupied(st, cfg))) or lv.ep_waits or lv.bursty() \
+        or (found is not None and found.host_side)
     if lv.ep_mode == "step":
         hold = cfg.demand_hold_s
     else:
@@ -714,7 +721,7 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
         return None
     # (asked only once the hold is past; ``relative``: this only lengthens the hold, to DIP_MAX_S, and
     # reads the fall's depth)
-    evaluation = lv.ep_abrupt and not waits and _occupied(st, cfg, relative=True)
+    evaluation = lv.ep_abrupt and not waits and _evaluation(st, cfg, ts)
     if evaluation and lv.ep_mode != "step" and unexcused - lv.ep_lead < DIP_MAX_S:
         return None
     # every GPU of the pod at once is what an evaluation or a checkpoint looks like, unless the job's
@@ -740,6 +747,20 @@ def throughput(st: GpuState, ts: float, cfg: DetectorConfig, pod_peers: Sequence
     st.drop_cause = found.cause if found is not None and found.host_side else None
     st.new_cause = None
     return _finding(st, ts, cfg, pod_peers, svc_peers, True, pod_wide, waits)
+
+
+def _evaluation(st: GpuState, cfg: DetectorConfig, ts: float) -> bool:
+    """Whether a fall is as occupied as an evaluation (``_occupied``, relative), now or within the last
+    ``EVAL_LATCH_S`` of the same fall. Why: the slow mean of utilisation follows its last samples, and a
+    pause as an evaluation ends (a checkpoint written straight after it: three seconds at 6-40%) turned
+    the fall into a wait at the moment it was coming back. An independently written fleet's one-GPU
+    fine-tunes: 110-s evaluations reported as they ended, at 114-119 s (8 false drops in six sets). A
+    fall that goes on as a wait is judged once the latch has run out, from its start as before."""
+    if _occupied(st, cfg, relative=True):
+        st.occupied_at = (st.level.ep_start, ts)
+        return True
+    start, at = st.occupied_at
+    return start == st.level.ep_start and ts - at <= EVAL_LATCH_S
 
 
 def _pod_asleep(st: GpuState, found: Verdict | None, pod_peers: Sequence[GpuState], ts: float) -> bool:
