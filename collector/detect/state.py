@@ -64,9 +64,9 @@ class GpuState:
     sm_slow: float = 0.0
     launch_ts: float = 0.0
     # (ts, util_slow) every few seconds: how occupied the GPU was before a fall began
+    util_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
     # (the fall's start, when it was last judged as occupied as an evaluation: activity.EVAL_LATCH_S)
     occupied_at: tuple[float, float] = (-1.0, -1e18)
-    util_hist: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=64))
     # memory: (ts, used MiB, SM activity or -1 where not read) every few seconds, and the total
     used_hist: deque[tuple[float, float, float]] = field(default_factory=lambda: deque(maxlen=240))
     fb_total: float = 0.0
