@@ -84,7 +84,10 @@ class DetectorConfig:
     clock_drop_ratio: float = 0.85
     leak_window_s: float = 60.0
     leak_min_mib: float = 512.0
-    leak_horizon_s: float = 24 * 3600.0
+    # growth that would fill the GPU within this long is a leak (in practice the bound of the twenty-minute
+    # window only: no shorter one grows 512 MiB slowly enough to pass it). A steady 55-90 MiB/min leak on a
+    # nearly empty 141-GB GPU fills it in 26-42 h, and servers run for weeks (24 h until 2026-12-08)
+    leak_horizon_s: float = 48 * 3600.0
     replay_rate: float = 5.0  # PCIe replays per second that make a storm
     sbe_window_s: float = 300.0
     sbe_min: int = 10
