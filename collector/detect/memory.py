@@ -201,13 +201,13 @@ def _releases(points: list[tuple[float, float, float]]) -> list[int]:
     return [i for i in range(1, len(points)) if points[i - 1][1] - points[i][1] >= STEP_MIB]
 
 
-def _cycling(points: list[tuple[float, float, float]], rel: list[int], ts: float) -> float | None:
-    """The longest time between the releases of a job whose memory cycles (three releases or more), or
-    None when it does not, or stopped: no release for twice that long, and growth is judged as any other."""
+def _cycling(points: list[tuple[float, float, float]], rel: list[int], ts: float) -> bool:
+    """Whether the job's memory cycles: three releases or more, the last no longer ago than ``CYCLES``
+    times the longest time between them (a cycle that stopped is judged as any other growth)."""
     if len(rel) < 3:
-        return None
+        return False
     longest = max(points[b][0] - points[a][0] for a, b in itertools.pairwise(rel))
-    return longest if ts - points[rel[-1]][0] <= CYCLES * longest else None
+    return ts - points[rel[-1]][0] <= CYCLES * longest
 
 
 def _cycle_edge(points: list[tuple[float, float, float]], ts: float, slope: float, cfg: DetectorConfig) -> bool:
@@ -220,7 +220,7 @@ def _cycle_edge(points: list[tuple[float, float, float]], ts: float, slope: floa
     evaluation rose). A leak under the cycle raises its floor and is judged there (``_floor``); one faster
     than the teeth, or a cycle that stops releasing, on the windows as any other."""
     rel = _releases(points)
-    if _cycling(points, rel, ts) is None:
+    if not _cycling(points, rel, ts):
         return False
     teeth = [(points[a][0], points[a][1], points[b - 1][0], points[b - 1][1]) for a, b in itertools.pairwise(rel)]
     floors = [trough for _, trough, _, _ in teeth]
@@ -237,7 +237,7 @@ def _floor(points: list[tuple[float, float, float]], ts: float, cfg: DetectorCon
     fleet's 99-MiB/min leak under a 650-MiB saw-tooth), while what it falls back to climbs at the leak's
     pace. A single step of the floor (an evaluation's buffers kept) fits no line through five troughs."""
     rel = _releases(points)
-    if _cycling(points, rel, ts) is None or len(rel) < FLOORS:
+    if not _cycling(points, rel, ts) or len(rel) < FLOORS:
         return None
     troughs = [points[i] for i in rel]
     slope, r2 = _fit(troughs)
